@@ -1,0 +1,42 @@
+# Two entry points for a fresh Debian 12 machine:
+#   make demo   installs everything, then runs the reconciler on the local example
+#   make test   installs everything, then runs lint, types, layer contracts and the tests
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
+	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git
+
+.PHONY: demo test setup system-packages lint check clean
+
+system-packages:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml | system-packages
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,libvirt]'
+	touch $@
+
+setup: system-packages $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/reconciler validate cluster-state/
+
+lint: setup
+	$(VENV)/bin/ruff check reconciler tests benchmarks
+	$(VENV)/bin/ruff format --check reconciler tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

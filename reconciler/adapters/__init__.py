@@ -1,0 +1,1 @@
+"""The only code that touches the world: libvirt, git, forges, the local lab."""

@@ -1,0 +1,1 @@
+"""The loop: observe -> plan -> admit -> execute -> record, with adapters passed in."""

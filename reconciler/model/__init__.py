@@ -1,0 +1,1 @@
+"""Pure data: the desired state (four YAML kinds), the observed snapshot, history and plans."""

@@ -1,0 +1,130 @@
+"""``kind: Cluster``: the hosts and how to reach them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from reconciler.model.base import LABEL_KEY_PATTERN, NAME_PATTERN, ApiVersion, Frozen, Metadata
+from reconciler.model.quantity import Size
+
+
+class Reserve(Frozen):
+    """Capacity kept free for the host itself; never planned for VMs."""
+
+    memory: Size | None = Field(default=None, description="Memory kept free. Default: 2GiB.")
+    cpus: float | None = Field(default=None, ge=0, description="CPUs kept free. Default: 1.")
+
+
+class Migration(Frozen):
+    """How live migrations reach and leave a host."""
+
+    max_outbound: int | None = Field(
+        default=None,
+        alias="maxOutbound",
+        ge=1,
+        le=64,
+        description="Concurrent live migrations leaving one host. Default: 2.",
+    )
+    max_inbound: int | None = Field(
+        default=None,
+        alias="maxInbound",
+        ge=1,
+        le=64,
+        description="Concurrent live migrations arriving on one host. Default: 2.",
+    )
+    uri: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Migration URI template; {address} and {name} are replaced. Default: none "
+        "(libvirt picks the destination's hostname).",
+    )
+    bandwidth: int | None = Field(
+        default=None, ge=0, description="MiB/s per migration, 0 = unlimited. Default: 0."
+    )
+
+
+class Defaults(Frozen):
+    """Settings every host inherits unless it overrides them."""
+
+    reserve: Reserve = Field(default_factory=Reserve)
+    migration: Migration = Field(default_factory=Migration)
+
+
+Labels = dict[str, str]
+
+
+class Host(Frozen):
+    """One hypervisor host."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Unique host name used by rules.")
+    uri: str = Field(
+        min_length=1,
+        description="libvirt connection URI, e.g. qemu+ssh://root@kvm-01/system or "
+        "test:///abs/node.xml.",
+    )
+    address: str | None = Field(
+        default=None, min_length=1, description="Address for the migration URI template."
+    )
+    labels: Labels = Field(default_factory=dict, description="Host labels used by selectors.")
+    maintenance: bool = Field(
+        default=False, description="true drains the host: every movable VM leaves it."
+    )
+    reserve: Reserve = Field(default_factory=Reserve, description="Overrides defaults.reserve.")
+    migration: Migration = Field(
+        default_factory=Migration, description="Overrides defaults.migration."
+    )
+
+
+class ClusterSpec(Frozen):
+    defaults: Defaults = Field(default_factory=Defaults)
+    hosts: list[Host] = Field(min_length=1, description="The hosts of this cluster.")
+
+
+class Cluster(Frozen):
+    """The hosts of one cluster and how to reach them."""
+
+    api_version: ApiVersion = Field(alias="apiVersion")
+    kind: Literal["Cluster"]
+    metadata: Metadata
+    spec: ClusterSpec
+
+
+DEFAULT_RESERVE_MEMORY = 2 * 1024**3
+DEFAULT_RESERVE_CPUS = 1.0
+DEFAULT_MAX_OUTBOUND = 2
+DEFAULT_MAX_INBOUND = 2
+
+
+def effective_reserve(cluster: Cluster, host: Host) -> tuple[int, float]:
+    """(memory bytes, cpus) kept free on ``host``: its own value, else defaults, else built-in."""
+    d = cluster.spec.defaults.reserve
+    mem = host.reserve.memory if host.reserve.memory is not None else d.memory
+    cpus = host.reserve.cpus if host.reserve.cpus is not None else d.cpus
+    return (
+        DEFAULT_RESERVE_MEMORY if mem is None else mem,
+        DEFAULT_RESERVE_CPUS if cpus is None else cpus,
+    )
+
+
+def effective_migration_limits(cluster: Cluster, host: Host) -> tuple[int, int]:
+    """(maxOutbound, maxInbound) of ``host`` after defaults."""
+    d = cluster.spec.defaults.migration
+    out = host.migration.max_outbound or d.max_outbound or DEFAULT_MAX_OUTBOUND
+    inn = host.migration.max_inbound or d.max_inbound or DEFAULT_MAX_INBOUND
+    return out, inn
+
+
+__all__ = [
+    "LABEL_KEY_PATTERN",
+    "Cluster",
+    "ClusterSpec",
+    "Defaults",
+    "Host",
+    "Labels",
+    "Migration",
+    "Reserve",
+    "effective_migration_limits",
+    "effective_reserve",
+]

@@ -1,0 +1,123 @@
+"""The observed state of a cluster at one moment: what the observer saw through libvirt.
+
+Hosts that could not be reached are present with ``reachable: false`` and an ``error``: they
+are unknown, never empty. A VM seen on two hosts at once (mid-migration) appears once per host
+and is listed in ``Snapshot.in_flight``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final, Literal
+
+from pydantic import AwareDatetime, Field
+
+from reconciler.model.base import Frozen
+
+SNAPSHOT_VERSION: Final = 1
+
+
+class VmRunState(StrEnum):
+    """libvirt's virDomainState, by name."""
+
+    NOSTATE = "nostate"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    SHUTDOWN = "shutdown"
+    SHUTOFF = "shutoff"
+    CRASHED = "crashed"
+    PMSUSPENDED = "pmsuspended"
+
+
+class UnmigratableReason(StrEnum):
+    """Why a VM cannot be live-migrated, read from its domain XML and state."""
+
+    NOT_RUNNING = "NotRunning"
+    LOCAL_DISK = "LocalDisk"
+    HOST_DEVICE = "HostDevice"
+    MEDIATED_DEVICE = "MediatedDevice"
+    VTPM = "Vtpm"
+    HOST_PASSTHROUGH_CPU = "HostPassthroughCpu"
+    SHARED_MEMORY = "SharedMemory"
+    IN_FLIGHT = "InFlight"
+    OTHER = "Other"
+
+
+class Unmigratable(Frozen):
+    code: UnmigratableReason
+    detail: str = Field(description="What in the domain blocks it, e.g. the disk path.")
+
+
+class ReconcilerState(Frozen):
+    """The reconciler's own record on a domain, kept in its libvirt metadata."""
+
+    last_moved_at: AwareDatetime | None = None
+    last_moved_from: str | None = None
+    moves: int = Field(default=0, ge=0)
+
+
+class VmState(Frozen):
+    name: str
+    uuid: str
+    host: str = Field(description="Name of the host (as in the Cluster) it was seen on.")
+    state: VmRunState
+    state_reason: str = Field(default="", description="libvirt's reason for the state.")
+    persistent: bool = True
+    vcpus: int = Field(ge=0)
+    memory_max: int = Field(ge=0, description="Maximum memory in bytes.")
+    memory_current: int = Field(ge=0, description="Current (balloon) memory in bytes.")
+    cpu_used: float | None = Field(
+        default=None, ge=0, description="CPU in use, in host cores (1.0 = one core busy)."
+    )
+    memory_used: int | None = Field(
+        default=None, ge=0, description="Memory in use in bytes (balloon or RSS)."
+    )
+    uptime: float | None = Field(
+        default=None, ge=0, description="Seconds since start at snapshot time, if known."
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    reconciler: ReconcilerState = Field(default_factory=ReconcilerState)
+    migratable: bool = True
+    unmigratable: list[Unmigratable] = Field(default_factory=list)
+
+
+class HostState(Frozen):
+    name: str
+    uri: str
+    reachable: bool
+    error: str | None = Field(default=None, description="Why the host is unknown.")
+    uuid: str | None = None
+    hostname: str | None = None
+    arch: str | None = Field(default=None, description="CPU architecture, e.g. x86_64.")
+    cpu_model: str | None = None
+    cpus: int | None = Field(default=None, ge=0)
+    memory_total: int | None = Field(default=None, ge=0, description="Bytes.")
+    memory_free: int | None = Field(default=None, ge=0, description="Bytes.")
+    cpu_utilisation: float | None = Field(
+        default=None, ge=0, le=100, description="Host CPU busy, percent."
+    )
+    libvirt_version: str | None = None
+    hypervisor: str | None = Field(default=None, description="Driver type, e.g. QEMU.")
+    hypervisor_version: str | None = None
+    libvirt_calls: int = Field(default=0, ge=0, description="libvirt API calls this host took.")
+    observe_seconds: float = Field(default=0, ge=0, description="Wall time to observe this host.")
+
+
+class InFlight(Frozen):
+    """A VM seen on more than one host at once, usually mid-migration."""
+
+    name: str
+    uuid: str
+    hosts: list[str]
+
+
+class Snapshot(Frozen):
+    """Everything observed of one cluster at ``taken_at``."""
+
+    schema_version: Literal[1] = Field(default=SNAPSHOT_VERSION, alias="schemaVersion")
+    cluster: str
+    taken_at: AwareDatetime = Field(alias="takenAt")
+    hosts: list[HostState]
+    vms: list[VmState]
+    in_flight: list[InFlight] = Field(default_factory=list, alias="inFlight")
