@@ -1,0 +1,124 @@
+"""A plan: the migrations that bring the observed state toward the desired one, explained.
+
+Moves run in ``wave`` order (all moves of a wave may run at once); ``deferred`` holds what the
+batch limit pushed to a later reconcile; ``unsatisfiable`` what no sequence of moves can reach.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import AwareDatetime, Field
+
+from reconciler.model.base import Frozen
+
+
+class Reason(StrEnum):
+    """Why a VM moves. CamelCase so it reads the same in YAML, JSON, PR text and logs."""
+
+    DRIFT = "Drift"
+    MAINTENANCE = "Maintenance"
+    PIN = "Pin"
+    HOST_AFFINITY = "HostAffinity"
+    HOST_ANTI_AFFINITY = "HostAntiAffinity"
+    ANTI_AFFINITY = "AntiAffinity"
+    AFFINITY = "Affinity"
+    SPREAD = "Spread"
+    HOST_LIMIT = "HostLimit"
+    BALANCE = "Balance"
+
+
+class Move(Frozen):
+    vm: str
+    source: str
+    target: str
+    memory: int = Field(ge=0, description="Guest memory to copy, bytes.")
+    vcpus: int = Field(ge=0)
+    reason: Reason
+    rule: str | None = Field(default=None, description="The rule this move satisfies, if any.")
+    detail: str = Field(description="One sentence a reviewer understands.")
+    wave: int = Field(ge=0, description="Moves of one wave may run concurrently.")
+
+
+class UnsatisfiableCode(StrEnum):
+    NO_FEASIBLE_HOST = "NoFeasibleHost"
+    TOO_FEW_HOSTS = "TooFewHosts"
+    UNMIGRATABLE = "Unmigratable"
+    HOST_UNKNOWN = "HostUnknown"
+    VM_NOT_FOUND = "VmNotFound"
+    CONFLICT = "Conflict"
+    EXCLUDED = "Excluded"
+
+
+class Unsatisfiable(Frozen):
+    code: UnsatisfiableCode
+    rule: str | None = None
+    vms: list[str] = Field(default_factory=list)
+    message: str = Field(description='E.g. "anti-affinity db-apart needs 4 hosts, 3 are eligible".')
+
+
+class HostLoad(Frozen):
+    """Predicted utilisation of one host before and after the plan (moves and deferred)."""
+
+    host: str
+    arch: str | None
+    known: bool = Field(description="false when the host was unreachable: no figures.")
+    cpu_before: float = 0.0
+    memory_before: float = 0.0
+    score_before: float = 0.0
+    cpu_after: float = 0.0
+    memory_after: float = 0.0
+    score_after: float = 0.0
+    vms_before: int = 0
+    vms_after: int = 0
+
+
+class ArchSpread(Frozen):
+    """Max minus min host score within one CPU architecture."""
+
+    arch: str
+    before: float
+    after: float
+    threshold: float
+    rounds_over: int = Field(
+        ge=0, description="Consecutive rounds over threshold, this one included."
+    )
+    hold_rounds: int = Field(ge=1)
+    balancing: bool = Field(description="Balance moves were considered this round.")
+
+
+class Plan(Frozen):
+    plan_id: str = Field(description="Stable hash of the inputs.")
+    cluster: str
+    created_at: AwareDatetime
+    moves: list[Move] = Field(default_factory=list, description="This reconcile, within batch.")
+    deferred: list[Move] = Field(default_factory=list, description="Beyond batch; next rounds.")
+    unsatisfiable: list[Unsatisfiable] = Field(default_factory=list)
+    hosts: list[HostLoad] = Field(default_factory=list)
+    spreads: list[ArchSpread] = Field(default_factory=list)
+    imbalance_rounds: dict[str, int] = Field(
+        default_factory=dict, description="History for the next round: arch -> rounds over."
+    )
+    placement: dict[str, str] = Field(
+        default_factory=dict,
+        description="The proposed Placement.spec.vms after every move (moves and deferred).",
+    )
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.moves or self.deferred)
+
+
+class Candidate(Frozen):
+    host: str
+    fits: bool
+    score_after: float | None = None
+    reasons: list[str] = Field(default_factory=list, description="Why it does not fit.")
+
+
+class PlaceResult(Frozen):
+    """Answer to "where would a new VM go?"."""
+
+    host: str | None
+    candidates: list[Candidate]
+    message: str
