@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from reconciler.model.cluster import Cluster, effective_migration_limits, effective_reserve
+from reconciler.model.desired import DesiredState
+from reconciler.model.policy import BalancePolicy
+from reconciler.model.rules import PinRule, PlacementRules
+
+HEAD = {"apiVersion": "placement/v1alpha1", "metadata": {"name": "lab"}}
+
+
+def _cluster(**host: object) -> Cluster:
+    return Cluster.model_validate(
+        {
+            **HEAD,
+            "kind": "Cluster",
+            "spec": {
+                "defaults": {"reserve": {"memory": "1GiB"}, "migration": {"maxOutbound": 3}},
+                "hosts": [{"name": "kvm-01", "uri": "test:///default", **host}],
+            },
+        }
+    )
+
+
+def test_policy_defaults_are_documented_values() -> None:
+    spec = BalancePolicy.model_validate({**HEAD, "kind": "BalancePolicy"}).spec
+    assert (spec.threshold, spec.margin, spec.hold_rounds, spec.batch) == (20, 2, 2, 4)
+    assert spec.cooldown == timedelta(hours=6)
+    assert spec.min_uptime == timedelta(minutes=5)
+    assert spec.parallel.cluster == 4
+
+
+def test_models_are_frozen() -> None:
+    cluster = _cluster()
+    with pytest.raises(ValidationError, match="frozen"):
+        cluster.spec.hosts[0].name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("spec", "where"),
+    [
+        ({"threshold": 120}, "threshold"),
+        ({"batch": 0}, "batch"),
+        ({"score": {"cpu": 0, "memory": 0}}, "score"),
+        ({"cooldown": "soon"}, "cooldown"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_policy_rejects_bad_values(spec: dict[str, object], where: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        BalancePolicy.model_validate({**HEAD, "kind": "BalancePolicy", "spec": spec})
+    assert where in str(info.value)
+
+
+def test_rule_fields_belong_to_their_type() -> None:
+    rule = {"name": "p", "type": "pin", "vms": {"names": ["erp"]}, "hosts": {"names": ["h"]}}
+    ok = PlacementRules.model_validate(
+        {**HEAD, "kind": "PlacementRules", "spec": {"rules": [rule]}}
+    )
+    assert isinstance(ok.spec.rules[0], PinRule)
+    with pytest.raises(ValidationError, match="maxSkew"):
+        PlacementRules.model_validate(
+            {**HEAD, "kind": "PlacementRules", "spec": {"rules": [{**rule, "maxSkew": 1}]}}
+        )
+
+
+def test_selector_needs_names_or_labels() -> None:
+    rule = {"name": "x", "type": "exclude", "vms": {}}
+    with pytest.raises(ValidationError, match="names and/or labels"):
+        PlacementRules.model_validate({**HEAD, "kind": "PlacementRules", "spec": {"rules": [rule]}})
+
+
+def test_host_settings_override_defaults() -> None:
+    cluster = _cluster(reserve={"cpus": 2})
+    host = cluster.spec.hosts[0]
+    assert effective_reserve(cluster, host) == (1024**3, 2.0)
+    assert effective_migration_limits(cluster, host) == (3, 2)
+
+
+def test_desired_state_defaults_the_optional_documents() -> None:
+    desired = DesiredState(cluster=_cluster())
+    assert desired.policy.spec.mode == "propose"
+    assert desired.rules.spec.rules == []
+    assert desired.placement.spec.vms == {}
