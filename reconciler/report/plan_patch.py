@@ -1,0 +1,43 @@
+"""A plan as an RFC 6902 JSON Patch against the Placement document in the cluster folder.
+
+Applying the patch to the current Placement (as loaded, by alias) gives the proposed one, whose
+``spec.vms`` is ``Plan.placement``. Tools that keep the YAML can apply it; reviewers can read it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+
+from reconciler.model.placement import Placement
+from reconciler.model.plan import Plan
+
+
+def placement_document(placement: Placement) -> dict[str, Any]:
+    """The Placement as JSON data by alias, VM keys sorted (the form the patch applies to)."""
+    data = placement.model_dump(mode="json", by_alias=True)
+    data["spec"]["vms"] = dict(sorted(data["spec"]["vms"].items()))
+    return data
+
+
+def proposed_placement_document(placement: Placement, plan: Plan) -> dict[str, Any]:
+    """The current Placement document with ``spec.vms`` replaced by the plan's placement."""
+    data = placement_document(placement)
+    data["spec"]["vms"] = dict(sorted(plan.placement.items()))
+    return data
+
+
+def plan_patch_ops(placement: Placement, plan: Plan) -> list[dict[str, Any]]:
+    """RFC 6902 operations turning the current Placement into the proposed one; [] if equal."""
+    patch = jsonpatch.make_patch(
+        placement_document(placement), proposed_placement_document(placement, plan)
+    )
+    ops: list[dict[str, Any]] = list(patch.patch)
+    return ops
+
+
+def plan_patch(placement: Placement, plan: Plan) -> str:
+    """The patch as indented JSON text, ending with a newline."""
+    return json.dumps(plan_patch_ops(placement, plan), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,222 @@
+"""A plan and a placement answer as plain text for people, readable at 100 columns.
+
+No colour and no terminal queries: the same text goes to a terminal, a log or a pull request.
+
+A plan reads top to bottom: the header (cluster, plan id, the load spread of each CPU
+architecture before and after against the threshold, and how many rounds in a row it was over
+the threshold against ``holdRounds``), the moves of this reconcile grouped by wave, the moves
+deferred to later rounds by the batch limit, what cannot be satisfied and why, every host's load
+before and after, and one summary line.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+
+from reconciler.model.plan import Candidate, HostLoad, Move, PlaceResult, Plan, Unsatisfiable
+from reconciler.model.quantity import format_size
+
+WIDTH = 100
+BAR_WIDTH = 10
+INDENT = "  "
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _pct(value: float) -> str:
+    return f"{value:3.0f}%"
+
+
+def _bar(before: float, after: float, width: int = BAR_WIDTH) -> str:
+    """``[###++-....]``: ``#`` load that stays, ``+`` arrives, ``-`` leaves, ``.`` free.
+
+    Values are percentages; cells are rounded to the nearest tenth of the bar and clamped.
+    """
+
+    def cells(value: float) -> int:
+        return max(0, min(width, round(value * width / 100)))
+
+    b, a = cells(before), cells(after)
+    kept = min(b, a)
+    body = "#" * kept + "+" * (a - kept) + "-" * (b - kept)
+    return "[" + body + "." * (width - len(body)) + "]"
+
+
+def _size(move: Move) -> str:
+    return f"{format_size(move.memory)} {_plural(move.vcpus, 'vCPU')}"
+
+
+def _reason(move: Move) -> str:
+    return f"{move.reason} ({move.rule})" if move.rule else str(move.reason)
+
+
+class _Columns:
+    """Column widths shared by every move line of one plan, so waves line up."""
+
+    def __init__(self, moves: Sequence[Move]) -> None:
+        self.vm = max((len(m.vm) for m in moves), default=0)
+        self.route = max((len(_route(m)) for m in moves), default=0)
+        self.size = max((len(_size(m)) for m in moves), default=0)
+        self.reason = max((len(_reason(m)) for m in moves), default=0)
+
+
+def _route(move: Move) -> str:
+    return f"{move.source} -> {move.target}"
+
+
+def _move_lines(moves: Sequence[Move], cols: _Columns, indent: str) -> list[str]:
+    """One line per move in aligned columns; the detail follows, wrapped when it does not fit."""
+    lines: list[str] = []
+    for move in moves:
+        head = (
+            f"{indent}{move.vm:<{cols.vm}}  {_route(move):<{cols.route}}  "
+            f"{_size(move):<{cols.size}}  {_reason(move):<{cols.reason}}"
+        )
+        single = f"{head}  {move.detail}".rstrip()
+        if len(single) <= WIDTH or not move.detail:
+            lines.append(single)
+            continue
+        lines.append(head.rstrip())
+        lines.extend(
+            textwrap.wrap(
+                move.detail,
+                WIDTH,
+                initial_indent=indent + "    ",
+                subsequent_indent=indent + "    ",
+            )
+        )
+    return lines
+
+
+def _waves(moves: Iterable[Move]) -> list[tuple[int, list[Move]]]:
+    ordered = sorted(moves, key=lambda m: m.wave)
+    return [(wave, list(group)) for wave, group in groupby(ordered, key=lambda m: m.wave)]
+
+
+def _unsatisfiable_lines(items: Sequence[Unsatisfiable]) -> list[str]:
+    lines: list[str] = []
+    for item in items:
+        head = f"{INDENT}{item.code}"
+        if item.rule:
+            head += f" (rule {item.rule})"
+        if item.vms:
+            head += ": " + ", ".join(item.vms)
+        lines.extend(textwrap.wrap(head, WIDTH, subsequent_indent=INDENT + "    "))
+        lines.extend(
+            textwrap.wrap(
+                item.message,
+                WIDTH,
+                initial_indent=INDENT + "    ",
+                subsequent_indent=INDENT + "    ",
+            )
+        )
+    return lines
+
+
+def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
+    if not hosts:
+        return []
+    name_w = max(len(h.host) for h in hosts)
+    arch_w = max(len(h.arch or "?") for h in hosts)
+    lines: list[str] = []
+    for h in hosts:
+        head = f"{INDENT}{h.host:<{name_w}}  {h.arch or '?':<{arch_w}}"
+        if not h.known:
+            lines.append(f"{head}  unknown: unreachable, no figures; nothing moves to or from it")
+            continue
+        cpu = f"cpu {_bar(h.cpu_before, h.cpu_after)} {_pct(h.cpu_before)} -> {_pct(h.cpu_after)}"
+        mem = (
+            f"mem {_bar(h.memory_before, h.memory_after)} "
+            f"{_pct(h.memory_before)} -> {_pct(h.memory_after)}"
+        )
+        vms = f"vms {h.vms_before} -> {h.vms_after}"
+        lines.append(f"{head}  {cpu}  {mem}  {vms}")
+    return lines
+
+
+def summary_line(plan: Plan) -> str:
+    """``N moves in W waves, D deferred, U unsatisfiable`` or ``No changes.``."""
+    unsat = len(plan.unsatisfiable)
+    if not plan.has_changes:
+        return f"No changes; {unsat} unsatisfiable (see above)." if unsat else "No changes."
+    waves = len({m.wave for m in plan.moves})
+    return (
+        f"{_plural(len(plan.moves), 'move')} in {_plural(waves, 'wave')}, "
+        f"{len(plan.deferred)} deferred, {unsat} unsatisfiable"
+    )
+
+
+def plan_table(plan: Plan) -> str:
+    """The whole plan as text, ending with a newline."""
+    out: list[str] = [
+        f"Plan {plan.plan_id} for cluster {plan.cluster} "
+        f"at {plan.created_at.isoformat().replace('+00:00', 'Z')}"
+    ]
+    if plan.spreads:
+        arch_w = max(len(s.arch) for s in plan.spreads)
+        out.append("Spread (max - min host score per architecture):")
+        for s in plan.spreads:
+            state = "balancing" if s.balancing else "not balancing"
+            out.append(
+                f"{INDENT}{s.arch:<{arch_w}}  {s.before:5.1f} -> {s.after:5.1f}  "
+                f"threshold {s.threshold:g}  rounds over {s.rounds_over}/{s.hold_rounds} "
+                f"holdRounds  {state}"
+            )
+
+    cols = _Columns([*plan.moves, *plan.deferred])
+    out.append("")
+    if plan.moves:
+        out.append(f"Moves ({_plural(len(plan.moves), 'move')}; moves of one wave run together):")
+        for wave, moves in _waves(plan.moves):
+            out.append(f"{INDENT}wave {wave}")
+            out.extend(_move_lines(moves, cols, INDENT * 2))
+    else:
+        out.append("Moves: none")
+
+    if plan.deferred:
+        out.append("")
+        out.append(f"Deferred to later rounds by the batch limit ({len(plan.deferred)}):")
+        out.extend(_move_lines(plan.deferred, cols, INDENT * 2))
+
+    if plan.unsatisfiable:
+        out.append("")
+        out.append(f"Unsatisfiable ({len(plan.unsatisfiable)}); no move can fix these:")
+        out.extend(_unsatisfiable_lines(plan.unsatisfiable))
+
+    if plan.hosts:
+        out.append("")
+        out.append("Hosts (load before -> after; bars: # stays, + arrives, - leaves, . free):")
+        out.extend(_host_lines(plan.hosts))
+
+    out.append("")
+    out.append(summary_line(plan))
+    return "\n".join(out) + "\n"
+
+
+def _candidate_line(c: Candidate, name_w: int) -> str:
+    score = "-" if c.score_after is None else f"{c.score_after:5.1f}"
+    verdict = "fits" if c.fits else "no"
+    line = f"{INDENT}{c.host:<{name_w}}  {verdict:<4}  {score:>5}"
+    if c.reasons:
+        line += "  " + "; ".join(c.reasons)
+    if len(line) <= WIDTH:
+        return line
+    return "\n".join(textwrap.wrap(line, WIDTH, subsequent_indent=" " * (len(INDENT) + 4)))
+
+
+def place_table(result: PlaceResult) -> str:
+    """The answer to "where would a new VM go?" as text, ending with a newline."""
+    out = [f"Best host: {result.host}" if result.host else "No host fits."]
+    out.extend(textwrap.wrap(result.message, WIDTH))
+    if result.candidates:
+        name_w = max(len("host"), *(len(c.host) for c in result.candidates))
+        out.append("")
+        out.append(
+            f"{INDENT}{'host':<{name_w}}  {'fit':<4}  {'score':>5}  (after placing; why not)"
+        )
+        out.extend(_candidate_line(c, name_w) for c in result.candidates)
+    return "\n".join(out) + "\n"

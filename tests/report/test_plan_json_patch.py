@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import json
+
+import jsonpatch
+
+from reconciler.report.plan_json import plan_json
+from reconciler.report.plan_patch import placement_document, plan_patch, plan_patch_ops
+from tests.report.plans import busy_plan, empty_plan, placement
+
+
+def test_json_has_every_field_in_model_order_and_sorted_maps() -> None:
+    plan = busy_plan()
+    data = json.loads(plan_json(plan))
+    assert list(data) == list(type(plan).model_fields)
+    assert list(data["placement"]) == sorted(plan.placement)
+    assert list(data["imbalance_rounds"]) == ["aarch64", "x86_64"]
+    assert data["moves"][2]["reason"] == "AntiAffinity"
+    assert data["created_at"] == "2025-03-01T12:00:00Z"
+
+
+def test_json_is_stable_whatever_the_order_of_the_planner_maps() -> None:
+    plan = busy_plan()
+    shuffled = plan.model_copy(update={"placement": dict(reversed(list(plan.placement.items())))})
+    assert plan_json(shuffled) == plan_json(plan)
+
+
+def test_patch_turns_the_current_placement_into_the_proposed_one() -> None:
+    plan = busy_plan()
+    current = placement({"web-1": "kvm-01", "web-2": "kvm-01", "old-vm": "kvm-04"})
+    ops = json.loads(plan_patch(current, plan))
+    assert isinstance(ops, list)
+    assert ops == plan_patch_ops(current, plan)
+    for op in ops:
+        assert op["op"] in {"add", "remove", "replace", "move", "copy", "test"}
+        assert op["path"].startswith("/spec/vms/")
+    result = jsonpatch.apply_patch(placement_document(current), ops)
+    assert result["spec"]["vms"] == plan.placement
+    assert result["metadata"] == {"name": "lab", "annotations": {}}
+    assert result["apiVersion"] == "placement/v1alpha1"
+
+
+def test_patch_is_empty_when_the_placement_does_not_change() -> None:
+    plan = empty_plan().model_copy(update={"placement": {"web-1": "kvm-01"}})
+    assert plan_patch_ops(placement({"web-1": "kvm-01"}), plan) == []
+    assert plan_patch(placement({"web-1": "kvm-01"}), plan) == "[]\n"
