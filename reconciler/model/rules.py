@@ -32,7 +32,9 @@ class Selector(Frozen):
     @model_validator(mode="after")
     def _not_empty(self) -> Selector:
         if self.names is None and self.labels is None:
-            raise ValueError("a selector needs names and/or labels")
+            raise ValueError(
+                "a selector needs names and/or labels; add names: [...] or labels: {...}"
+            )
         return self
 
 

@@ -1,0 +1,240 @@
+"""Reading cluster folders: files into documents, documents into models, models into findings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconciler.config.findings import Finding, Severity, errors_in, format_finding, path_text
+from reconciler.config.folders import cluster_folders, yaml_files
+from reconciler.config.kinds import KindModel, model_from_document
+from reconciler.config.semantic import Sources, semantic_findings
+from reconciler.config.yaml_source import Document, read_documents
+from reconciler.errors import ConfigError, DocumentError, ValidationFailed
+from reconciler.model.base import Frozen
+from reconciler.model.cluster import Cluster
+from reconciler.model.desired import DesiredState
+from reconciler.model.placement import Placement
+from reconciler.model.policy import BalancePolicy
+from reconciler.model.rules import PlacementRules
+
+_DOCS_HINT = "see docs/cluster-state.md"
+
+
+class ClusterReport(Frozen):
+    """The outcome of validating one cluster folder (or some files of it)."""
+
+    folder: str
+    name: str | None = None
+    hosts: int = 0
+    rules: int = 0
+    findings: list[Finding]
+
+    @property
+    def valid(self) -> bool:
+        return not errors_in(self.findings)
+
+    def summary(self) -> str:
+        """``cluster-state/: cluster lab: 3 hosts, 8 rules: valid``."""
+        errors = len(errors_in(self.findings))
+        warnings = len(self.findings) - errors
+        what = (
+            f"cluster {self.name}: {counted(self.hosts, 'host')}, {counted(self.rules, 'rule')}"
+            if self.name
+            else ""
+        )
+        verdict = counted(errors, "error") if errors else "valid"
+        if warnings:
+            verdict += f", {counted(warnings, 'warning')}"
+        return f"{self.folder}: {what + ': ' if what else ''}{verdict}"
+
+
+@dataclass
+class _Folder:
+    """What was read from one folder so far."""
+
+    findings: list[Finding] = field(default_factory=list)
+    models: dict[str, tuple[KindModel, Document]] = field(default_factory=dict)
+    first: dict[str, Document] = field(default_factory=dict)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 host``, ``3 hosts``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def folder_text(folder: Path) -> str:
+    """A folder as users write it: ``cluster-state/``."""
+    return str(folder).rstrip("/") + "/"
+
+
+def _document_error_finding(err: DocumentError) -> Finding:
+    return Finding(
+        file=err.file,
+        line=err.line,
+        column=err.column,
+        severity=Severity.ERROR,
+        message=err.message,
+        hint=err.hint,
+    )
+
+
+def _add_document(state: _Folder, doc: Document) -> None:
+    kind = str(doc.data.get("kind"))
+    model, findings = model_from_document(doc)
+    state.findings.extend(findings)
+    if kind in state.first:
+        first = state.first[kind]
+        line, column = doc.position(("kind",))
+        state.findings.append(
+            Finding(
+                file=doc.file,
+                line=line,
+                column=column,
+                severity=Severity.ERROR,
+                path=path_text(("kind",)),
+                message=f"a second {kind} document in this cluster (the first is in "
+                f"{first.file}:{first.position(('kind',))[0]})",
+                hint=f"keep one {kind} per cluster folder; put each cluster in its own folder",
+            )
+        )
+        return
+    if model is not None or kind in ("Cluster", "BalancePolicy", "PlacementRules", "Placement"):
+        state.first[kind] = doc
+    if model is not None:
+        state.models[kind] = (model, doc)
+
+
+def _desired(state: _Folder) -> tuple[DesiredState, Sources] | None:
+    cluster = state.models.get("Cluster")
+    if cluster is None or not isinstance(cluster[0], Cluster):
+        return None
+    parts: dict[str, object] = {"cluster": cluster[0]}
+    for kind, key, cls in (
+        ("BalancePolicy", "policy", BalancePolicy),
+        ("PlacementRules", "rules", PlacementRules),
+        ("Placement", "placement", Placement),
+    ):
+        if kind in state.models and isinstance(state.models[kind][0], cls):
+            parts[key] = state.models[kind][0]
+    desired = DesiredState.model_validate(parts)
+    rules = state.models.get("PlacementRules")
+    placement = state.models.get("Placement")
+    sources = Sources(
+        cluster=cluster[1],
+        rules=rules[1] if rules else None,
+        placement=placement[1] if placement else None,
+    )
+    return desired, sources
+
+
+def _read_folder(folder: Path, files: Sequence[Path]) -> _Folder:
+    state = _Folder()
+    for path in files:
+        try:
+            documents = read_documents(path, root=folder)
+        except DocumentError as err:
+            state.findings.append(_document_error_finding(err))
+            continue
+        for doc in documents:
+            _add_document(state, doc)
+    return state
+
+
+def _folder_finding(folder: Path, message: str, hint: str) -> Finding:
+    return Finding(file=folder_text(folder), severity=Severity.ERROR, message=message, hint=hint)
+
+
+def _sorted(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.file, f.line or 0, f.column or 0))
+
+
+def validate_folder(
+    folder: Path, files: Sequence[Path] | None = None
+) -> tuple[ClusterReport, DesiredState | None]:
+    """Every finding of one cluster folder, and its desired state when there is no error.
+
+    ``files`` limits the reading to those files (default: every YAML file of the folder).
+    """
+    paths = yaml_files(folder) if files is None else list(files)
+    state = _read_folder(folder, paths)
+    if not paths or (not state.first and not state.findings):
+        state.findings.append(
+            _folder_finding(
+                folder,
+                "no cluster documents found",
+                f"add a cluster.yaml with kind: Cluster; {_DOCS_HINT}",
+            )
+        )
+    elif "Cluster" not in state.first:
+        state.findings.append(
+            _folder_finding(
+                folder,
+                "no Cluster document in this folder",
+                f"add a cluster.yaml with kind: Cluster listing the hosts; {_DOCS_HINT}",
+            )
+        )
+    built = _desired(state) if not errors_in(state.findings) else None
+    desired = None
+    name = hosts = rules = None
+    if built is not None:
+        desired, sources = built
+        state.findings.extend(semantic_findings(desired, sources))
+        name = desired.cluster.metadata.name
+        hosts = len(desired.cluster.spec.hosts)
+        rules = len(desired.rules.spec.rules)
+    report = ClusterReport(
+        folder=folder_text(folder),
+        name=name,
+        hosts=hosts or 0,
+        rules=rules or 0,
+        findings=_sorted(state.findings),
+    )
+    return report, desired if report.valid else None
+
+
+def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
+    """One report per cluster found under ``paths`` (files and folders).
+
+    A folder of cluster folders yields one report per cluster; a file is checked with the rest
+    of its folder as context, and only the findings in that file are kept. Paths must exist.
+    """
+    reports: list[ClusterReport] = []
+    for path in paths:
+        if path.is_dir():
+            folders = cluster_folders(path) or [path]
+            reports.extend(validate_folder(folder)[0] for folder in folders)
+        else:
+            reports.append(_validate_file(path))
+    return reports
+
+
+def _validate_file(path: Path) -> ClusterReport:
+    folder = path.parent
+    context = [p for p in yaml_files(folder) if p != path]
+    report, _ = validate_folder(folder, [path, *context])
+    own = [f for f in report.findings if f.file == str(path)]
+    return report.model_copy(update={"folder": str(path), "findings": own})
+
+
+def load_desired(folder: Path) -> DesiredState:
+    """The desired state of the cluster in ``folder``.
+
+    Raises ConfigError when the folder does not exist, and ValidationFailed (with every
+    finding in ``.findings``) when it has any error. Warnings do not stop it.
+    """
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{folder} is not a folder",
+            hint="give the cluster-state folder that holds cluster.yaml",
+        )
+    report, desired = validate_folder(folder)
+    if desired is None:
+        errors = errors_in(report.findings)
+        lines = "\n".join(format_finding(f) for f in errors)
+        raise ValidationFailed(
+            f"{report.folder} is not valid ({counted(len(errors), 'error')}):\n{lines}",
+            report.findings,
+        )
+    return desired

@@ -1,0 +1,87 @@
+"""What a selector picks, as far as it can be known from the documents alone.
+
+Hosts are all known (the Cluster lists them); VMs are not: only names written literally in the
+rules and the placement are known, and a selector with labels picks an unknown set of VMs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+
+from reconciler.model.cluster import Host
+from reconciler.model.desired import DesiredState
+from reconciler.model.rules import Selector
+
+GLOB_CHARS = "*?["
+
+
+def is_glob(name: str) -> bool:
+    return any(c in name for c in GLOB_CHARS)
+
+
+def hosts_matching(selector: Selector, hosts: Iterable[Host]) -> list[Host]:
+    """The hosts ``selector`` picks: every given field must match."""
+    out = []
+    for host in hosts:
+        if selector.names is not None and not any(
+            fnmatchcase(host.name, g) for g in selector.names
+        ):
+            continue
+        if selector.labels is not None and any(
+            host.labels.get(k) != v for k, v in selector.labels.items()
+        ):
+            continue
+        out.append(host)
+    return out
+
+
+def known_vm_names(desired: DesiredState) -> set[str]:
+    """VM names written literally in the rules or the placement."""
+    names = set(desired.placement.spec.vms)
+    for rule in desired.rules.spec.rules:
+        names.update(n for n in rule.vms.names or () if not is_glob(n))
+    return names
+
+
+def selects_vm(selector: Selector, vm: str) -> bool | None:
+    """Whether ``selector`` picks the VM named ``vm``; None when it depends on VM labels."""
+    if selector.names is not None and not any(fnmatchcase(vm, g) for g in selector.names):
+        return False
+    return None if selector.labels is not None else True
+
+
+def known_members(selector: Selector, known: Iterable[str]) -> set[str] | None:
+    """The known VMs ``selector`` picks; None when that depends on VM labels."""
+    if selector.labels is not None:
+        return None
+    return {vm for vm in known if selects_vm(selector, vm)}
+
+
+def literal_members(selector: Selector) -> set[str] | None:
+    """The exact members when the selector lists names only, without globs; else None."""
+    if selector.labels is not None or selector.names is None:
+        return None
+    if any(is_glob(n) for n in selector.names):
+        return None
+    return set(selector.names)
+
+
+def covers(outer: Selector, inner: Selector) -> bool:
+    """True when every VM ``inner`` can pick is surely picked by ``outer``."""
+    if outer == inner:
+        return True
+    if outer.labels is not None and (
+        inner.labels is None or not outer.labels.items() <= inner.labels.items()
+    ):
+        return False
+    if outer.names is None:
+        return True
+    if "*" in outer.names:
+        return True
+    if inner.names is None:
+        return False
+    return all(
+        n in outer.names or (not is_glob(n) and any(fnmatchcase(n, g) for g in outer.names))
+        for n in inner.names
+    )

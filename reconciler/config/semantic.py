@@ -1,0 +1,493 @@
+"""Checks across the documents of one cluster: what each model alone cannot see.
+
+Pure functions: models and the positions of their documents in, findings out.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reconciler.config.findings import DocPath, Finding, Severity, path_text
+from reconciler.config.selectors import (
+    covers,
+    hosts_matching,
+    is_glob,
+    known_members,
+    known_vm_names,
+    literal_members,
+    selects_vm,
+)
+from reconciler.config.yaml_source import Document
+from reconciler.model.cluster import Host
+from reconciler.model.desired import DesiredState
+from reconciler.model.rules import (
+    AffinityRule,
+    AntiAffinityRule,
+    Enforcement,
+    HostAffinityRule,
+    HostAntiAffinityRule,
+    PinRule,
+    Rule,
+    Selector,
+)
+
+REQUIRED = Enforcement.REQUIRED
+_PREFERRED_HINT = "or make the rule enforcement: preferred"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The document each kind was read from; None for a kind the folder does not have."""
+
+    cluster: Document
+    rules: Document | None = None
+    placement: Document | None = None
+
+
+def _finding(
+    doc: Document | None, path: DocPath, severity: Severity, message: str, hint: str
+) -> Finding:
+    if doc is None:
+        return Finding(severity=severity, file="", path=path_text(path), message=message, hint=hint)
+    line, column = doc.position(path)
+    return Finding(
+        file=doc.file,
+        line=line,
+        column=column,
+        severity=severity,
+        path=path_text(path),
+        message=message,
+        hint=hint,
+    )
+
+
+def _rule_path(i: int, *rest: str | int) -> DocPath:
+    return ("spec", "rules", i, *rest)
+
+
+def _unknown_host_hint(name: str, hosts: list[Host]) -> str:
+    names = [h.name for h in hosts]
+    close = difflib.get_close_matches(name, names, n=1)
+    listed = ", ".join(names)
+    if close:
+        return f"did you mean {close[0]!r}? the Cluster has {listed}"
+    return f"use a host of the Cluster: {listed}"
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in labels.items())
+
+
+def _indexed(desired: DesiredState, kind: type[Rule]) -> list[tuple[int, Rule]]:
+    return [(i, r) for i, r in enumerate(desired.rules.spec.rules) if isinstance(r, kind)]
+
+
+def _required(rule: Rule) -> bool:
+    return getattr(rule, "enforcement", REQUIRED) is REQUIRED
+
+
+# --- Cluster ---------------------------------------------------------------------------------
+
+
+def duplicate_host_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Two hosts with one name, or one libvirt URI."""
+    out = []
+    names: dict[str, int] = {}
+    uris: dict[str, str] = {}
+    for i, host in enumerate(desired.cluster.spec.hosts):
+        if host.name in names:
+            out.append(
+                _finding(
+                    src.cluster,
+                    ("spec", "hosts", i, "name"),
+                    Severity.ERROR,
+                    f"duplicate host name {host.name!r} (also spec.hosts[{names[host.name]}])",
+                    "give every host its own name",
+                )
+            )
+        names.setdefault(host.name, i)
+        if host.uri in uris:
+            out.append(
+                _finding(
+                    src.cluster,
+                    ("spec", "hosts", i, "uri"),
+                    Severity.ERROR,
+                    f"duplicate uri {host.uri!r} (also host {uris[host.uri]})",
+                    "every host needs its own libvirt URI",
+                )
+            )
+        uris.setdefault(host.uri, host.name)
+    return out
+
+
+# --- Rules -----------------------------------------------------------------------------------
+
+
+def duplicate_rule_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Two rules with one name."""
+    out = []
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(desired.rules.spec.rules):
+        if rule.name in seen:
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "name"),
+                    Severity.ERROR,
+                    f"duplicate rule name {rule.name!r} (also spec.rules[{seen[rule.name]}])",
+                    "give every rule its own name",
+                )
+            )
+        seen.setdefault(rule.name, i)
+    return out
+
+
+def _host_rules(
+    desired: DesiredState,
+) -> list[tuple[int, HostAffinityRule | HostAntiAffinityRule | PinRule]]:
+    return [
+        (i, r)
+        for i, r in enumerate(desired.rules.spec.rules)
+        if isinstance(r, HostAffinityRule | HostAntiAffinityRule | PinRule)
+    ]
+
+
+def _names_exist(selector: Selector, hosts: list[Host]) -> bool:
+    return all(hosts_matching(Selector(names=[n]), hosts) for n in selector.names or ())
+
+
+def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Host names that match no host (error); host labels that match no host (warning)."""
+    hosts = desired.cluster.spec.hosts
+    out = []
+    for i, rule in _host_rules(desired):
+        for j, name in enumerate(rule.hosts.names or ()):
+            if hosts_matching(Selector(names=[name]), hosts):
+                continue
+            message = (
+                f"no host matches {name!r}" if is_glob(name) else f"host {name!r} does not exist"
+            )
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "hosts", "names", j),
+                    Severity.ERROR,
+                    message,
+                    _unknown_host_hint(name, hosts),
+                )
+            )
+        leaves_none = isinstance(rule, HostAffinityRule) and _required(rule)
+        labels = rule.hosts.labels
+        if (
+            labels is not None
+            and not leaves_none
+            and _names_exist(rule.hosts, hosts)
+            and not hosts_matching(rule.hosts, hosts)
+        ):
+            among = " among the named hosts" if rule.hosts.names else ""
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "hosts", "labels"),
+                    Severity.WARNING,
+                    f"no host has the labels {_labels_text(labels)}{among}, so {rule.name} "
+                    "selects no host",
+                    "add the labels to a host in the Cluster, or fix the selector",
+                )
+            )
+    return out
+
+
+def eligible_hosts(desired: DesiredState, vms: Selector) -> list[Host]:
+    """Hosts not in maintenance that every required host rule covering ``vms`` allows."""
+    hosts = [h for h in desired.cluster.spec.hosts if not h.maintenance]
+    for _, rule in _host_rules(desired):
+        if isinstance(rule, PinRule) or not _required(rule) or not covers(rule.vms, vms):
+            continue
+        picked = {h.name for h in hosts_matching(rule.hosts, hosts)}
+        keep = isinstance(rule, HostAffinityRule)
+        hosts = [h for h in hosts if (h.name in picked) == keep]
+    return hosts
+
+
+def _why_not(desired: DesiredState, host: Host, vms: Selector) -> str:
+    if host.maintenance:
+        return f"{host.name} is in maintenance"
+    for _, rule in _host_rules(desired):
+        if isinstance(rule, PinRule) or not _required(rule) or not covers(rule.vms, vms):
+            continue
+        picked = bool(hosts_matching(rule.hosts, [host]))
+        if isinstance(rule, HostAntiAffinityRule) and picked:
+            return f"{host.name} is excluded by hostAntiAffinity {rule.name}"
+        if isinstance(rule, HostAffinityRule) and not picked:
+            return f"{host.name} is not allowed by hostAffinity {rule.name}"
+    return f"{host.name} is not allowed"
+
+
+def host_affinity_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """A required hostAffinity that leaves its VMs no host."""
+    hosts = desired.cluster.spec.hosts
+    out = []
+    for i, rule in _indexed(desired, HostAffinityRule):
+        assert isinstance(rule, HostAffinityRule)
+        if not _required(rule) or not _names_exist(rule.hosts, hosts):
+            continue
+        if eligible_hosts(desired, rule.vms):
+            continue
+        selected = hosts_matching(rule.hosts, hosts)
+        reasons = [_why_not(desired, h, rule.vms) for h in selected] or [
+            "its hosts selector matches no host"
+        ]
+        out.append(
+            _finding(
+                src.rules,
+                _rule_path(i, "hosts"),
+                Severity.ERROR,
+                f"hostAffinity {rule.name} leaves no host: {'; '.join(reasons)}",
+                f"select more hosts, end a maintenance, {_PREFERRED_HINT}",
+            )
+        )
+    return out
+
+
+def _pin_target(rule: PinRule, hosts: list[Host]) -> Host | None:
+    picked = hosts_matching(rule.hosts, hosts)
+    return picked[0] if len(picked) == 1 else None
+
+
+def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Pins to several hosts, to a host in maintenance, against host rules, or in pairs."""
+    hosts = desired.cluster.spec.hosts
+    known = known_vm_names(desired)
+    out = []
+    pinned: dict[str, tuple[str, str]] = {}
+    for i, rule in _indexed(desired, PinRule):
+        assert isinstance(rule, PinRule)
+        if not _names_exist(rule.hosts, hosts):
+            continue
+        picked = hosts_matching(rule.hosts, hosts)
+        if len(picked) > 1:
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "hosts"),
+                    Severity.ERROR,
+                    f"pin {rule.name} selects {len(picked)} hosts "
+                    f"({', '.join(h.name for h in picked)}); a pin needs exactly one",
+                    "name a single host in hosts.names",
+                )
+            )
+            continue
+        target = _pin_target(rule, hosts)
+        if target is None:
+            continue
+        if target.maintenance:
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "hosts"),
+                    Severity.ERROR,
+                    f"pin {rule.name} pins to {target.name}, which is in maintenance",
+                    f"pin to another host, or set maintenance: false on {target.name}",
+                )
+            )
+        elif target not in eligible_hosts(desired, rule.vms):
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "hosts"),
+                    Severity.ERROR,
+                    f"pin {rule.name} pins to {target.name}, but "
+                    f"{_why_not(desired, target, rule.vms)}",
+                    "pin to a host the host rules allow, or change one of the rules",
+                )
+            )
+        for vm in sorted(known_members(rule.vms, known) or ()):
+            other = pinned.setdefault(vm, (rule.name, target.name))
+            if other[1] != target.name:
+                out.append(
+                    _finding(
+                        src.rules,
+                        _rule_path(i, "vms"),
+                        Severity.ERROR,
+                        f"{vm} is pinned to {other[1]} by {other[0]} and to {target.name} "
+                        f"by {rule.name}",
+                        "keep only one of the two pins for this VM",
+                    )
+                )
+    return out
+
+
+def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """A required antiAffinity with more (literally named) VMs than hosts it may use."""
+    out = []
+    for i, rule in _indexed(desired, AntiAffinityRule):
+        assert isinstance(rule, AntiAffinityRule)
+        members = literal_members(rule.vms)
+        if not _required(rule) or members is None:
+            continue
+        eligible = eligible_hosts(desired, rule.vms)
+        key = rule.topology_key
+        if key is None:
+            room = len(eligible)
+            what = f"{len(members)} hosts"
+            have = f"{room} {'is' if room == 1 else 'are'} eligible"
+        else:
+            room = len({h.labels[key] for h in eligible if key in h.labels})
+            what = f"{len(members)} distinct values of host label {key}"
+            have = f"eligible hosts have {room}"
+        if len(members) > room:
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(i, "vms"),
+                    Severity.ERROR,
+                    f"antiAffinity {rule.name} needs {what} for its {len(members)} VMs, {have}",
+                    f"add hosts, end a maintenance, take VMs out of the rule, {_PREFERRED_HINT}",
+                )
+            )
+    return out
+
+
+def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Two VMs that a required affinity keeps together and a required antiAffinity apart."""
+    known = known_vm_names(desired)
+    out = []
+    for ia, a in _indexed(desired, AffinityRule):
+        for ib, b in _indexed(desired, AntiAffinityRule):
+            if not (_required(a) and _required(b)):
+                continue
+            ma, mb = known_members(a.vms, known), known_members(b.vms, known)
+            both = sorted(ma & mb) if ma is not None and mb is not None else []
+            if len(both) >= 2:
+                pair = f"{both[0]} and {both[1]}"
+            elif a.vms == b.vms:
+                pair = "the same VMs"
+            else:
+                continue
+            out.append(
+                _finding(
+                    src.rules,
+                    _rule_path(max(ia, ib), "vms"),
+                    Severity.ERROR,
+                    f"{pair} must share a host by affinity {a.name} and be apart by "
+                    f"antiAffinity {b.name}",
+                    f"take the VMs out of one of the two rules, {_PREFERRED_HINT}",
+                )
+            )
+    return out
+
+
+# --- Placement -------------------------------------------------------------------------------
+
+
+def _placement_conflict(desired: DesiredState, vm: str, host: Host) -> tuple[str, str] | None:
+    """(message, hint) when a required rule forbids ``vm`` on ``host``."""
+    hosts = desired.cluster.spec.hosts
+    for _, rule in _host_rules(desired):
+        if not _required(rule) or not selects_vm(rule.vms, vm):
+            continue
+        picked = hosts_matching(rule.hosts, hosts)
+        names = [h.name for h in picked]
+        if isinstance(rule, PinRule) and len(picked) == 1 and names[0] != host.name:
+            return (
+                f"{vm} is placed on {host.name} but pin {rule.name} pins it to {names[0]}",
+                f"write {vm}: {names[0]}, or change the pin",
+            )
+        if isinstance(rule, HostAffinityRule) and host.name not in names:
+            return (
+                f"{vm} is placed on {host.name}, which hostAffinity {rule.name} does not allow",
+                f"use one of {', '.join(names) or 'the hosts it selects'}",
+            )
+        if isinstance(rule, HostAntiAffinityRule) and host.name in names:
+            return (
+                f"{vm} is placed on {host.name}, which hostAntiAffinity {rule.name} forbids",
+                "place it on another host",
+            )
+    return None
+
+
+def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Placement to hosts that do not exist, are in maintenance, or that a rule forbids."""
+    by_name = {h.name: h for h in desired.cluster.spec.hosts}
+    out = []
+    for vm, host_name in desired.placement.spec.vms.items():
+        path: DocPath = ("spec", "vms", vm)
+        host = by_name.get(host_name)
+        if host is None:
+            out.append(
+                _finding(
+                    src.placement,
+                    path,
+                    Severity.ERROR,
+                    f"host {host_name!r} does not exist",
+                    _unknown_host_hint(host_name, desired.cluster.spec.hosts),
+                )
+            )
+            continue
+        conflict = _placement_conflict(desired, vm, host)
+        if conflict is not None:
+            out.append(_finding(src.placement, path, Severity.ERROR, *conflict))
+        elif host.maintenance:
+            out.append(
+                _finding(
+                    src.placement,
+                    path,
+                    Severity.WARNING,
+                    f"{vm} is placed on {host_name}, which is in maintenance",
+                    "place it on another host; VMs are moved off hosts in maintenance",
+                )
+            )
+    out.extend(_placed_together_findings(desired, src))
+    return out
+
+
+def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    by_name = {h.name: h for h in desired.cluster.spec.hosts}
+    placed = {vm: by_name[h] for vm, h in desired.placement.spec.vms.items() if h in by_name}
+    out = []
+    for _, rule in _indexed(desired, AntiAffinityRule):
+        assert isinstance(rule, AntiAffinityRule)
+        if not _required(rule):
+            continue
+        key = rule.topology_key
+        seen: dict[str, str] = {}
+        for vm, host in placed.items():
+            if not selects_vm(rule.vms, vm):
+                continue
+            domain = host.name if key is None else host.labels.get(key)
+            if domain is None:
+                continue
+            if domain in seen:
+                where = host.name if key is None else f"{key}={domain}"
+                out.append(
+                    _finding(
+                        src.placement,
+                        ("spec", "vms", vm),
+                        Severity.ERROR,
+                        f"{seen[domain]} and {vm} are both placed on {where}, but antiAffinity "
+                        f"{rule.name} keeps them apart",
+                        "place one of them elsewhere",
+                    )
+                )
+            seen.setdefault(domain, vm)
+    return out
+
+
+CHECKS: tuple[Callable[[DesiredState, Sources], list[Finding]], ...] = (
+    duplicate_host_findings,
+    duplicate_rule_findings,
+    host_selector_findings,
+    host_affinity_findings,
+    pin_findings,
+    anti_affinity_capacity_findings,
+    affinity_conflict_findings,
+    placement_findings,
+)
+
+
+def semantic_findings(desired: DesiredState, src: Sources) -> list[Finding]:
+    """Every cross-document problem of one cluster."""
+    return [finding for check in CHECKS for finding in check(desired, src)]

@@ -1,0 +1,279 @@
+"""Safe YAML reading that remembers where every value came from.
+
+PyYAML composes the node graph; the values are built here, node by node, so that each value's
+line and column are kept and so that duplicate keys, alias expansion bombs, unknown tags and
+deep nesting are refused with a position instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from reconciler.config.findings import DocPath
+from reconciler.errors import DocumentError
+
+MAX_FILE_BYTES: Final = 1024 * 1024
+"""Larger files are refused before they are read."""
+MAX_NODES: Final = 100_000
+"""Values a document may expand to, aliases counted each time they are used."""
+MAX_DEPTH: Final = 64
+"""Nesting of mappings and lists a document may have."""
+
+Position = tuple[int, int]
+"""(line, column), both 1-based."""
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS: Final = {f"{_TAG}{t}" for t in ("null", "bool", "int", "float", "str")}
+_TIMESTAMP_TAG: Final = f"{_TAG}timestamp"
+_MERGE_TAG: Final = f"{_TAG}merge"
+_SYNTAX_HINT: Final = "check the indentation, the quotes and the ':' after each key near here"
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document of a file, as plain values, with the position of each value."""
+
+    file: str
+    index: int
+    data: dict[str, Any]
+    values: Mapping[DocPath, Position]
+    keys: Mapping[DocPath, Position] = field(default_factory=dict)
+    raw: Mapping[DocPath, str] = field(default_factory=dict)
+
+    def position(self, path: DocPath, *, key: bool = False) -> Position:
+        """Where ``path`` is written; the nearest enclosing value when it is absent.
+
+        ``key=True`` prefers the key's own position (for unknown or misspelled keys).
+        """
+        for end in range(len(path), -1, -1):
+            prefix = path[:end]
+            if key and prefix in self.keys:
+                return self.keys[prefix]
+            if prefix in self.values:
+                return self.values[prefix]
+        return (1, 1)
+
+
+def _mark(node: Node) -> Position:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    """Turns composed nodes into dicts, lists and scalars, counting every expansion."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.budget = MAX_NODES
+        self.values: dict[DocPath, Position] = {}
+        self.keys: dict[DocPath, Position] = {}
+        self.raw: dict[DocPath, str] = {}
+        self.constructor = yaml.SafeLoader("")
+
+    def fail(self, node: Node, message: str, hint: str) -> DocumentError:
+        line, column = _mark(node)
+        return DocumentError(message, file=self.file, line=line, column=column, hint=hint)
+
+    def build(self, node: Node, path: DocPath) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise self.fail(
+                node,
+                f"the document expands to more than {MAX_NODES} values (anchors and aliases "
+                "repeated inside each other)",
+                "write the values out instead of nesting aliases",
+            )
+        if len(path) > MAX_DEPTH:
+            raise self.fail(
+                node,
+                f"the document is nested more than {MAX_DEPTH} levels deep",
+                "flatten the structure; cluster-state documents need a few levels",
+            )
+        self.values[path] = _mark(node)
+        if isinstance(node, ScalarNode):
+            self.raw[path] = node.value
+            return self.scalar(node)
+        if isinstance(node, SequenceNode):
+            return [self.build(child, (*path, i)) for i, child in enumerate(node.value)]
+        if isinstance(node, MappingNode):
+            return self.mapping(node, path)
+        raise self.fail(node, "unsupported YAML node", "use mappings, lists and plain values")
+
+    def mapping(self, node: MappingNode, path: DocPath) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise self.fail(
+                    key_node,
+                    "merge keys (<<) are not supported",
+                    "write the keys out in this mapping",
+                )
+            if not isinstance(key_node, ScalarNode):
+                raise self.fail(
+                    key_node, "a key must be a plain value", "use a name, not a list or mapping"
+                )
+            key = str(key_node.value)
+            if key in out:
+                first_line, _ = self.keys[(*path, key)]
+                raise self.fail(
+                    key_node,
+                    f"duplicate key {key!r} (first on line {first_line})",
+                    "keep one of the two; YAML would silently use the last",
+                )
+            self.keys[(*path, key)] = _mark(key_node)
+            out[key] = self.build(value_node, (*path, key))
+        return out
+
+    def scalar(self, node: ScalarNode) -> Any:
+        if node.tag == _TIMESTAMP_TAG:
+            return node.value
+        if node.tag not in _SCALAR_TAGS:
+            raise self.fail(
+                node,
+                f"unsupported tag {node.tag}",
+                "remove the tag; write plain strings, numbers, true/false or null",
+            )
+        try:
+            return self.constructor.construct_object(node)  # type: ignore[no-untyped-call]
+        except (yaml.YAMLError, ValueError) as exc:
+            raise self.fail(
+                node, f"unreadable value {node.value!r}: {exc}", "fix the value"
+            ) from exc
+
+
+def _position_in(text: str, offset: int) -> Position:
+    before = text[:offset]
+    line = before.count("\n") + 1
+    return (line, offset - (before.rfind("\n") + 1) + 1)
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str, file: str) -> DocumentError:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = exc.problem or "syntax error"
+        if exc.context:
+            problem = f"{problem} ({exc.context})"
+        return DocumentError(
+            f"malformed YAML: {problem}",
+            file=file,
+            line=mark.line + 1,
+            column=mark.column + 1,
+            hint=_SYNTAX_HINT,
+        )
+    if isinstance(exc, yaml.reader.ReaderError):
+        line, column = _position_in(text, exc.position)
+        return DocumentError(
+            f"the file holds a control character #x{exc.character:04x}",
+            file=file,
+            line=line,
+            column=column,
+            hint="remove it; cluster-state files are plain UTF-8 text",
+        )
+    return DocumentError(f"malformed YAML: {exc}", file=file, hint=_SYNTAX_HINT)
+
+
+def documents_from_text(text: str, file: str) -> list[Document]:
+    """Every non-empty document of ``text``; raises DocumentError on the first problem."""
+    out: list[Document] = []
+    try:
+        for index, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader)):
+            if node is None or (isinstance(node, ScalarNode) and node.tag == f"{_TAG}null"):
+                continue
+            builder = _Builder(file)
+            if not isinstance(node, MappingNode):
+                kind = "a list" if isinstance(node, SequenceNode) else f"the value {node.value!r}"
+                raise builder.fail(
+                    node,
+                    f"a document must be a mapping, found {kind}",
+                    "start the document with apiVersion:, kind:, metadata: and spec:",
+                )
+            builder.values[()] = _mark(node)
+            data = builder.mapping(node, ())
+            out.append(Document(file, index, data, builder.values, builder.keys, builder.raw))
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, text, file) from None
+    except RecursionError:
+        raise DocumentError(
+            "the document is nested too deeply to read",
+            file=file,
+            hint="flatten the structure; cluster-state documents need a few levels",
+        ) from None
+    return out
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def read_documents(path: Path, *, root: Path) -> list[Document]:
+    """The documents of one file in the folder ``root``, after refusing unsafe files.
+
+    Refuses a symlink that leads outside ``root``, anything but a regular file, files over
+    MAX_FILE_BYTES (checked before reading), binary files and text that is not UTF-8.
+    """
+    file = str(path)
+    try:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            target = path.resolve(strict=True)
+            if not _inside(target, root.resolve()):
+                raise DocumentError(
+                    f"symlink leads outside the folder, to {target}",
+                    file=file,
+                    hint="copy the file into the folder instead of linking to it",
+                )
+            info = target.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise DocumentError(
+                "not a regular file", file=file, hint="cluster-state files are plain files"
+            )
+        if info.st_size > MAX_FILE_BYTES:
+            raise DocumentError(
+                f"file is {info.st_size} bytes, over the limit of {MAX_FILE_BYTES} bytes (1 MiB)",
+                file=file,
+                hint="split it into smaller files, or check that it belongs in the folder",
+            )
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise DocumentError(
+            f"cannot read the file: {exc.strerror or exc}",
+            file=file,
+            hint="check that it exists and is readable",
+        ) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise DocumentError(
+            f"file is over the limit of {MAX_FILE_BYTES} bytes (1 MiB)",
+            file=file,
+            hint="split it into smaller files, or check that it belongs in the folder",
+        )
+    return documents_from_text(_decoded(raw, file), file)
+
+
+def _decoded(raw: bytes, file: str) -> str:
+    if b"\x00" in raw:
+        line, column = _position_in(raw.decode("latin-1"), raw.index(b"\x00"))
+        raise DocumentError(
+            "binary file (it holds NUL bytes)",
+            file=file,
+            line=line,
+            column=column,
+            hint="only YAML text files belong in a cluster folder",
+        )
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line, column = _position_in(raw.decode("latin-1"), exc.start)
+        raise DocumentError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x})",
+            file=file,
+            line=line,
+            column=column,
+            hint="save the file as UTF-8",
+        ) from None
