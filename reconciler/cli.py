@@ -8,10 +8,13 @@ failed validation, unreachable world), 2 usage error; ``plan`` follows
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from reconciler import __version__
+from reconciler import __version__, config
+from reconciler.config import schemas
 from reconciler.errors import ReconcilerError
 
 EXIT_OK = 0
@@ -25,24 +28,92 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("validate", help="check cluster-state folders against models and rules")
+    p = sub.add_parser(
+        "validate",
+        help="check cluster-state folders against models and rules",
+        description="Check cluster-state files and folders; a folder of cluster folders checks "
+        "each cluster. Exit 0 when valid (warnings allowed), 1 on any error, 2 on usage errors.",
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[Path("cluster-state/")],
+        metavar="PATH",
+        help="cluster folders, folders of clusters, or single files (default: cluster-state/)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one line per finding and a summary per cluster; json: an array of findings",
+    )
     p.set_defaults(handler=_run_validate)
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    paths: list[Path] = args.paths
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        for path in missing:
+            print(f"error: {path}: no such file or folder", file=sys.stderr)
+        return EXIT_USAGE
+    reports = config.validate_paths(paths)
+    findings = [f for report in reports for f in report.findings]
+    if args.format == "json":
+        print(json.dumps([f.model_dump(mode="json") for f in findings], indent=2))
+    else:
+        for finding in findings:
+            print(config.format_finding(finding))
+        for report in reports:
+            print(report.summary())
+    return EXIT_OK if all(report.valid for report in reports) else EXIT_ERROR
 
 
 # --- schema ---------------------------------------------------------------------------------
 
 
 def _add_schema(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("schema", help="print or regenerate the JSON Schemas in schemas/")
+    p = sub.add_parser(
+        "schema",
+        help="print or regenerate the JSON Schemas in schemas/",
+        description="Print the JSON Schema of one kind, or write (or check) all of them.",
+    )
+    p.add_argument(
+        "kind",
+        nargs="?",
+        metavar="KIND",
+        help="cluster, policy, rules, placement or snapshot (kind names work too)",
+    )
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="regenerate every schema file")
+    action.add_argument(
+        "--check", action="store_true", help="exit 1 when a schema file is missing or stale"
+    )
+    p.add_argument("--dir", type=Path, default=Path("schemas"), help="default: schemas/")
     p.set_defaults(handler=_run_schema)
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    if args.write or args.check:
+        if args.kind:
+            print("error: give a KIND or --write/--check, not both", file=sys.stderr)
+            return EXIT_USAGE
+        if args.check:
+            stale = schemas.stale_schema_files(args.dir)
+            for file in stale:
+                print(f"{args.dir / file}: stale (run: reconciler schema --write)")
+            return EXIT_ERROR if stale else EXIT_OK
+        for path in schemas.write_schemas(args.dir):
+            print(f"wrote {path}")
+        return EXIT_OK
+    name = schemas.schema_name(args.kind or "")
+    if name is None:
+        known = ", ".join(schemas.SCHEMA_MODELS)
+        print(f"error: give a KIND ({known}) or --write", file=sys.stderr)
+        return EXIT_USAGE
+    print(schemas.schema_text(name), end="")
+    return EXIT_OK
 
 
 # --- lab ------------------------------------------------------------------------------------
