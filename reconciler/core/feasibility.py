@@ -1,0 +1,134 @@
+"""Whether one move may happen now, and what it costs in preferred rules.
+
+A move of VM ``v`` to host ``t`` is feasible when ``t`` is known, not in maintenance, of the
+same CPU architecture as the VM's host, has room (memory incl. reserves, vCPUs within
+``cpuOvercommit``, CPU and memory utilisation within ``hostLimit``), every required host rule
+of ``v`` permits ``t``, and no required group rule of ``v`` gets a higher violation measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.core.capacity import pct
+from reconciler.core.rules import describe_kind, domain_of
+from reconciler.core.state import State
+from reconciler.model.quantity import format_size
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a host cannot take a VM: ``category`` groups refusals, ``text`` explains one."""
+
+    category: str
+    text: str
+
+
+def _gib(size: float) -> str:
+    return format_size(int(size)) if size >= 0 else "-" + format_size(int(-size))
+
+
+def check_move(state: State, v: int, t: int) -> Refusal | None:
+    """None when VM ``v`` may move to host ``t`` in ``state``, else the first reason it may not."""
+    model = state.model
+    host = model.hosts[t]
+    if not host.known:
+        return Refusal("unreachable", f"{host.name} is unreachable")
+    if host.maintenance:
+        return Refusal("maintenance", f"{host.name} is in maintenance")
+    s = state.host_of[v]
+    if s == t:
+        return Refusal("current", f"the VM already runs on {host.name}")
+    if s >= 0 and model.hosts[s].arch != host.arch:
+        return Refusal("arch", f"{host.name} is {host.arch}, the VM runs on {model.hosts[s].arch}")
+    vm = model.vms[v]
+    free = host.usable_memory - state.memory[t]
+    if vm.memory > free:
+        return Refusal(
+            "memory", f"{host.name} has {_gib(free)} free, the VM needs {_gib(vm.memory)}"
+        )
+    if state.vcpus[t] + vm.vcpus > host.vcpu_capacity + EPSILON:
+        return Refusal(
+            "vcpus",
+            f"{host.name} would carry {state.vcpus[t] + vm.vcpus} vCPUs, "
+            f"at most {host.vcpu_capacity:g} allowed",
+        )
+    limit = model.weights.host_limit
+    cpu = pct(state.cpu_load[t] + vm.cpu_load, host.cpu_den)
+    if cpu > limit + EPSILON:
+        return Refusal(
+            "hostLimit", f"{host.name} CPU would reach {cpu:.0f}% (hostLimit {limit:g}%)"
+        )
+    mem = pct(state.mem_load[t] + vm.mem_load, host.usable_memory)
+    if mem > limit + EPSILON:
+        return Refusal(
+            "hostLimit", f"{host.name} memory would reach {mem:.0f}% (hostLimit {limit:g}%)"
+        )
+    return check_rules(state, v, t)
+
+
+def check_rules(state: State, v: int, t: int) -> Refusal | None:
+    """The required rules of ``v`` alone: host rules permit ``t``, group measures do not rise."""
+    model = state.model
+    for r in model.rules.host_rules[v]:
+        if r.required and not r.permits(t):
+            return Refusal(
+                f"rule {r.name}",
+                f"{describe_kind(r.kind)} {r.name} keeps it off {model.hosts[t].name}",
+            )
+    s = state.host_of[v]
+    groups = model.rules.groups
+    for gi in model.rules.vm_groups[v]:
+        g = groups[gi]
+        if not g.required:
+            continue
+        a, b = domain_of(g, s), domain_of(g, t)
+        if a == b:
+            continue
+        dc = state.counts[gi]
+        before = dc.measure()
+        dc.shift(a, -1)
+        dc.shift(b, 1)
+        after = dc.measure()
+        dc.shift(b, -1)
+        dc.shift(a, 1)
+        if after > before:
+            return Refusal(
+                f"rule {g.name}",
+                f"{describe_kind(g.kind)} {g.name} would be broken on {model.hosts[t].name}",
+            )
+    return None
+
+
+def preferred_delta(state: State, v: int, t: int) -> tuple[int, int]:
+    """(preferred rules the move breaks or worsens, preferred rules it repairs or improves)."""
+    model = state.model
+    s = state.host_of[v]
+    breaks = repairs = 0
+    for r in model.rules.host_rules[v]:
+        if r.required:
+            continue
+        before = s < 0 or r.permits(s)
+        after = r.permits(t)
+        breaks += before and not after
+        repairs += after and not before
+    groups = model.rules.groups
+    for gi in model.rules.vm_groups[v]:
+        g = groups[gi]
+        if g.required:
+            continue
+        a, b = domain_of(g, s), domain_of(g, t)
+        if a == b:
+            continue
+        dc = state.counts[gi]
+        before_m = dc.measure()
+        dc.shift(a, -1)
+        dc.shift(b, 1)
+        after_m = dc.measure()
+        dc.shift(b, -1)
+        dc.shift(a, 1)
+        breaks += after_m > before_m
+        repairs += after_m < before_m
+    return breaks, repairs

@@ -1,0 +1,220 @@
+"""``plan()``: the moves that bring a cluster toward its desired state, explained.
+
+The planner is a pure function of the desired state, a snapshot, the history and ``now``:
+
+1. mandatory moves (:mod:`reconciler.core.mandatory`): drift, required rules, maintenance,
+   hostLimit;
+2. balance moves per CPU architecture (:mod:`reconciler.core.balance`) once the score spread
+   has exceeded the threshold for ``holdRounds`` rounds;
+3. waves (:mod:`reconciler.core.waves`) and the batch split: the first ``batch`` moves in
+   simulation order (mandatory first) are this round's, the rest are deferred.
+
+See ``docs/planner.md`` for the rules it follows and the reasons it gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
+from reconciler.core.mandatory import fixed_reason, plan_mandatory
+from reconciler.core.state import Model, State, build
+from reconciler.core.steps import Step
+from reconciler.core.waves import assign_waves
+from reconciler.model.desired import DesiredState
+from reconciler.model.history import History
+from reconciler.model.plan import ArchSpread, HostLoad, Move, Plan, Unsatisfiable
+from reconciler.model.snapshot import Snapshot, VmState
+
+MAX_BALANCE_FACTOR = 10
+"""Balance moves planned per round (moves plus deferred) are at most this many batches."""
+
+
+def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: datetime) -> Plan:
+    """The plan for ``snapshot`` under ``desired``; never raises for infeasible states."""
+    spec = desired.policy.spec
+    model, state = build(desired, snapshot)
+    before = state.copy()
+
+    mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift)
+    steps: list[Step] = list(mandatory.steps)
+
+    movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
+    spreads: list[ArchSpread] = []
+    rounds: dict[str, int] = {}
+    max_balance = MAX_BALANCE_FACTOR * spec.batch
+    for arch, hosts in model.arches.items():
+        spread_before = spread_of(before, hosts)
+        over = spread_before > spec.threshold
+        rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
+        balancing = over and rounds[arch] >= spec.hold_rounds
+        if balancing:
+            settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
+            found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
+            max_balance -= len(found)
+            steps.extend(found)
+        spreads.append(
+            ArchSpread(
+                arch=arch,
+                before=round(spread_before, 3),
+                after=round(spread_of(state, hosts), 3),
+                threshold=spec.threshold,
+                rounds_over=rounds[arch],
+                hold_rounds=spec.hold_rounds,
+                balancing=balancing,
+            )
+        )
+
+    waves = assign_waves(steps, model, spec.parallel.cluster)
+    moves = [_move(model, step, wave) for step, wave in zip(steps, waves, strict=True)]
+    placement = dict(desired.placement.spec.vms)
+    placement.update(mandatory.adopted)
+    for m in moves:
+        placement[m.vm] = m.target
+    problems = _dedupe(mandatory.problems)
+    this_round, deferred = moves[: spec.batch], moves[spec.batch :]
+    return Plan(
+        plan_id=plan_id(desired, snapshot, history, this_round, deferred, problems),
+        cluster=desired.cluster.metadata.name,
+        created_at=now,
+        moves=this_round,
+        deferred=deferred,
+        unsatisfiable=problems,
+        hosts=_host_loads(model, before, state),
+        spreads=spreads,
+        imbalance_rounds=rounds,
+        placement=dict(sorted(placement.items())),
+    )
+
+
+def _balance_movable(
+    model: Model,
+    state: State,
+    snapshot: Snapshot,
+    history: History,
+    moved: set[int],
+    now: datetime,
+    desired: DesiredState,
+) -> list[bool]:
+    """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling or young."""
+    spec = desired.policy.spec
+    seen: dict[str, VmState] = {}
+    for vm in sorted(snapshot.vms, key=lambda v: (v.name, v.host)):
+        seen.setdefault(vm.name, vm)
+    last: dict[str, datetime] = {}
+    for rec in history.moves:
+        if rec.vm not in last or rec.at > last[rec.vm]:
+            last[rec.vm] = rec.at
+    elapsed = max(timedelta(0), now - snapshot.taken_at)
+    out: list[bool] = []
+    for info in model.vms:
+        v = info.index
+        obs = seen.get(info.name)
+        ok = (
+            not info.shadow
+            and obs is not None
+            and v not in moved
+            and v not in model.rules.pinned
+            and fixed_reason(state, v) is None
+        )
+        if ok and obs is not None:
+            stamps = [t for t in (obs.reconciler.last_moved_at, last.get(info.name)) if t]
+            if stamps and now - max(stamps) < spec.cooldown:
+                ok = False
+            if obs.uptime is not None:
+                age = timedelta(seconds=obs.uptime) + elapsed
+                ok = ok and age >= spec.min_uptime
+        out.append(ok)
+    return out
+
+
+def _move(model: Model, step: Step, wave: int) -> Move:
+    vm = model.vms[step.vm]
+    return Move(
+        vm=vm.name,
+        source=model.hosts[step.source].name,
+        target=model.hosts[step.target].name,
+        memory=vm.memory,
+        vcpus=vm.vcpus,
+        reason=step.reason,
+        rule=step.rule,
+        detail=step.detail,
+        wave=wave,
+    )
+
+
+def _dedupe(problems: list[Unsatisfiable]) -> list[Unsatisfiable]:
+    seen: dict[tuple[str, str, tuple[str, ...], str], Unsatisfiable] = {}
+    for p in problems:
+        seen.setdefault((p.code.value, p.rule or "", tuple(p.vms), p.message), p)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
+    out = []
+    for h in model.hosts:
+        i = h.index
+        if not h.known:
+            out.append(HostLoad(host=h.name, arch=h.arch, known=False))
+            continue
+        out.append(
+            HostLoad(
+                host=h.name,
+                arch=h.arch,
+                known=True,
+                cpu_before=round(before.cpu_pct(i), 3),
+                memory_before=round(before.mem_pct(i), 3),
+                score_before=round(before.score(i), 3),
+                cpu_after=round(after.cpu_pct(i), 3),
+                memory_after=round(after.mem_pct(i), 3),
+                score_after=round(after.score(i), 3),
+                vms_before=len(before.vms_on[i]),
+                vms_after=len(after.vms_on[i]),
+            )
+        )
+    return out
+
+
+def canonical_inputs(desired: DesiredState, snapshot: Snapshot, history: History) -> Any:
+    """The inputs as JSON data with every list whose order carries no meaning sorted."""
+    d = desired.model_dump(mode="json", by_alias=True)
+    d["cluster"]["spec"]["hosts"].sort(key=lambda h: h["name"])
+    d["rules"]["spec"]["rules"].sort(key=lambda r: (r["name"], r["type"]))
+    s = snapshot.model_dump(mode="json", by_alias=True)
+    s["hosts"].sort(key=lambda h: h["name"])
+    s["vms"].sort(key=lambda v: (v["name"], v["host"]))
+    for f in s["inFlight"]:
+        f["hosts"].sort()
+    s["inFlight"].sort(key=lambda f: f["name"])
+    h = history.model_dump(mode="json", by_alias=True)
+    h["moves"].sort(key=lambda m: (m["at"], m["vm"], m["source"], m["target"], m["reason"]))
+    return {"desired": d, "snapshot": s, "history": h}
+
+
+def plan_id(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    history: History,
+    moves: list[Move],
+    deferred: list[Move],
+    unsatisfiable: list[Unsatisfiable],
+) -> str:
+    """sha256 of the canonical inputs and the decisions taken from them.
+
+    ``now`` is left out on purpose: it is the clock, not a recorded input, so the same
+    recorded snapshot, desired state and history give the same id whenever they are planned
+    again (reproducible reviews, no duplicate proposals). Where ``now`` does change a decision
+    (a cooldown or minUptime that expired), the decisions - also hashed - differ, and so does
+    the id.
+    """
+    doc = {
+        "inputs": canonical_inputs(desired, snapshot, history),
+        "moves": [m.model_dump(mode="json") for m in moves],
+        "deferred": [m.model_dump(mode="json") for m in deferred],
+        "unsatisfiable": [u.model_dump(mode="json") for u in unsatisfiable],
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,248 @@
+"""The planner's working state: where every VM is and what every host carries.
+
+:func:`build` turns the desired state and a snapshot into a static :class:`Model` (hosts, VMs
+and rules as indices, computed once) and a :class:`State` (VM -> host, per-host totals and
+per-rule domain counters) that moves update incrementally in O(rules of the VM).
+A :class:`State` is only ever changed by the planner function that owns it; callers get copies.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reconciler.core.capacity import (
+    HostInfo,
+    VmInfo,
+    Weights,
+    pct,
+    score,
+    vm_loads,
+    weights_of,
+)
+from reconciler.core.rules import CompiledRules, DomainCounts, compile_rules, domain_of, new_counts
+from reconciler.model.base import Frozen
+from reconciler.model.cluster import Host, effective_migration_limits, effective_reserve
+from reconciler.model.desired import DesiredState
+from reconciler.model.policy import Basis
+from reconciler.model.snapshot import HostState, Snapshot
+
+UNKNOWN_ARCH = "unknown"
+
+
+class NewVm(Frozen):
+    """A VM that does not exist yet, for :func:`reconciler.core.placer.place`."""
+
+    name: str
+    vcpus: int
+    memory: int
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """Everything about one planning problem that moves do not change."""
+
+    hosts: tuple[HostInfo, ...]
+    vms: tuple[VmInfo, ...]
+    rules: CompiledRules
+    weights: Weights
+    host_index: Mapping[str, int]
+    vm_index: Mapping[str, int]
+    """Name -> index of each VM (its first sighting when in flight)."""
+    observed: tuple[int, ...]
+    """Host index of each VM as observed, -1 for a VM that does not exist yet."""
+    arches: Mapping[str, tuple[int, ...]]
+    """Architecture -> known hosts that are not in maintenance."""
+
+    def arch_of(self, host: int) -> str:
+        return self.hosts[host].arch or UNKNOWN_ARCH
+
+
+class State:
+    """VM -> host and per-host totals, updated move by move."""
+
+    __slots__ = ("cpu_load", "counts", "host_of", "mem_load", "memory", "model", "vcpus", "vms_on")
+
+    def __init__(self, model: Model, host_of: list[int]) -> None:
+        self.model = model
+        self.host_of = host_of
+        n = len(model.hosts)
+        self.vms_on: list[set[int]] = [set() for _ in range(n)]
+        self.memory = [0] * n
+        self.vcpus = [0] * n
+        self.cpu_load = [0.0] * n
+        self.mem_load = [0.0] * n
+        for vm in model.vms:
+            h = host_of[vm.index]
+            if h >= 0:
+                self._add(vm, h, 1)
+        self.counts: list[DomainCounts] = [new_counts(g, host_of) for g in model.rules.groups]
+
+    def _add(self, vm: VmInfo, h: int, sign: int) -> None:
+        if sign > 0:
+            self.vms_on[h].add(vm.index)
+        else:
+            self.vms_on[h].discard(vm.index)
+        self.memory[h] += sign * vm.memory
+        self.vcpus[h] += sign * vm.vcpus
+        self.cpu_load[h] += sign * vm.cpu_load
+        self.mem_load[h] += sign * vm.mem_load
+
+    def copy(self) -> State:
+        new = State.__new__(State)
+        new.model = self.model
+        new.host_of = list(self.host_of)
+        new.vms_on = [set(s) for s in self.vms_on]
+        new.memory = list(self.memory)
+        new.vcpus = list(self.vcpus)
+        new.cpu_load = list(self.cpu_load)
+        new.mem_load = list(self.mem_load)
+        new.counts = [c.copy() for c in self.counts]
+        return new
+
+    def move(self, v: int, target: int) -> None:
+        """Put VM ``v`` on host ``target`` (-1 removes it); rule counters follow."""
+        vm = self.model.vms[v]
+        source = self.host_of[v]
+        if source == target:
+            return
+        if source >= 0:
+            self._add(vm, source, -1)
+        if target >= 0:
+            self._add(vm, target, 1)
+        self.host_of[v] = target
+        groups = self.model.rules.groups
+        for gi in self.model.rules.vm_groups[v]:
+            g = groups[gi]
+            a, b = domain_of(g, source), domain_of(g, target)
+            if a != b:
+                self.counts[gi].shift(a, -1)
+                self.counts[gi].shift(b, 1)
+
+    def cpu_pct(self, h: int) -> float:
+        return pct(self.cpu_load[h], self.model.hosts[h].cpu_den)
+
+    def mem_pct(self, h: int) -> float:
+        return pct(self.mem_load[h], self.model.hosts[h].usable_memory)
+
+    def score(self, h: int) -> float:
+        return score(self.cpu_pct(h), self.mem_pct(h), self.model.weights)
+
+    def score_with(self, h: int, v: int, sign: int) -> float:
+        """Score of host ``h`` if VM ``v`` were added (sign 1) or removed (sign -1)."""
+        vm = self.model.vms[v]
+        host = self.model.hosts[h]
+        c = pct(self.cpu_load[h] + sign * vm.cpu_load, host.cpu_den)
+        m = pct(self.mem_load[h] + sign * vm.mem_load, host.usable_memory)
+        return score(c, m, self.model.weights)
+
+
+def _host_info(desired: DesiredState, host: Host, index: int, obs: HostState | None) -> HostInfo:
+    spec = desired.policy.spec
+    reserve_mem, reserve_cpus = effective_reserve(desired.cluster, host)
+    out, inn = effective_migration_limits(desired.cluster, host)
+    known = (
+        obs is not None and obs.reachable and obs.cpus is not None and obs.memory_total is not None
+    )
+    cpus = float(obs.cpus or 0) if obs is not None and known else 0.0
+    mem = (obs.memory_total or 0) if obs is not None and known else 0
+    usable_cpus = max(0.0, cpus - reserve_cpus)
+    usable_mem = max(0, mem - reserve_mem)
+    vcpu_cap = usable_cpus * spec.cpu_overcommit
+    return HostInfo(
+        index=index,
+        name=host.name,
+        known=known,
+        arch=obs.arch if obs is not None else None,
+        maintenance=host.maintenance,
+        labels=host.labels,
+        usable_cpus=usable_cpus,
+        usable_memory=usable_mem,
+        vcpu_capacity=vcpu_cap,
+        cpu_den=vcpu_cap if spec.basis is Basis.ALLOCATED else usable_cpus,
+        max_outbound=out,
+        max_inbound=inn,
+    )
+
+
+def build(
+    desired: DesiredState, snapshot: Snapshot, new_vm: NewVm | None = None
+) -> tuple[Model, State]:
+    """The model and initial state of ``snapshot`` under ``desired``.
+
+    Hosts are indexed in name order and VMs in (name, host) order, so the result does not
+    depend on the order of any input list. VMs seen on a host that is not in the Cluster are
+    left out. ``new_vm`` adds a VM placed nowhere (index last) for placement questions.
+    """
+    spec = desired.policy.spec
+    observed = {h.name: h for h in snapshot.hosts}
+    hosts: list[HostInfo] = []
+    for host in sorted(desired.cluster.spec.hosts, key=lambda h: h.name):
+        hosts.append(_host_info(desired, host, len(hosts), observed.get(host.name)))
+    host_index = {h.name: h.index for h in hosts}
+    in_flight = {f.name for f in snapshot.in_flight}
+    sightings = Counter(v.name for v in snapshot.vms)
+    in_flight |= {n for n, c in sightings.items() if c > 1}
+    vms: list[VmInfo] = []
+    observed_host: list[int] = []
+    vm_index: dict[str, int] = {}
+    for vm in sorted(snapshot.vms, key=lambda v: (v.name, v.host)):
+        h = host_index.get(vm.host)
+        if h is None or not hosts[h].known:
+            continue
+        vcpus, memory, cpu, mem = vm_loads(vm, spec)
+        shadow = vm.name in vm_index
+        info = VmInfo(
+            index=len(vms),
+            name=vm.name,
+            labels=vm.labels,
+            vcpus=vcpus,
+            memory=memory,
+            cpu_load=cpu,
+            mem_load=mem,
+            in_flight=vm.name in in_flight,
+            migratable=vm.migratable,
+            shadow=shadow,
+        )
+        if not shadow:
+            vm_index[vm.name] = info.index
+        vms.append(info)
+        observed_host.append(h)
+    if new_vm is not None:
+        # A new VM has no measured use: on basis ``used`` it counts its fair CPU share.
+        cpu = (
+            float(new_vm.vcpus)
+            if spec.basis is Basis.ALLOCATED
+            else new_vm.vcpus / spec.cpu_overcommit
+        )
+        vms.append(
+            VmInfo(
+                index=len(vms),
+                name=new_vm.name,
+                labels=new_vm.labels,
+                vcpus=new_vm.vcpus,
+                memory=new_vm.memory,
+                cpu_load=cpu,
+                mem_load=float(new_vm.memory),
+                in_flight=False,
+                migratable=True,
+            )
+        )
+        observed_host.append(-1)
+    arches: dict[str, list[int]] = {}
+    for hi in hosts:
+        if hi.accepts:
+            arches.setdefault(hi.arch or UNKNOWN_ARCH, []).append(hi.index)
+    model = Model(
+        hosts=tuple(hosts),
+        vms=tuple(vms),
+        rules=compile_rules(desired.rules.spec.rules, hosts, vms),
+        weights=weights_of(spec),
+        host_index=host_index,
+        vm_index=vm_index,
+        observed=tuple(observed_host),
+        arches={a: tuple(v) for a, v in sorted(arches.items())},
+    )
+    return model, State(model, list(observed_host))
