@@ -229,7 +229,7 @@ def error_finding(doc: Document, model: type[BaseModel], error: ErrorDetails) ->
 
 
 def _at(doc: Document, path: DocPath, message: str, hint: str) -> Finding:
-    line, column = doc.position(path, key=True)
+    line, column = doc.position(path)
     return Finding(
         file=doc.file,
         line=line,

@@ -1,0 +1,190 @@
+"""Model errors reported on the YAML line they concern, with what to do about them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.config.clusters import (
+    HEAD,
+    cluster_yaml,
+    col,
+    findings_text,
+    policy_yaml,
+    rule_findings,
+)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def _policy(root: Path, *spec_lines: str) -> list[str]:
+    return findings_text(
+        root, {"cluster.yaml": cluster_yaml(), "policy.yaml": policy_yaml(*spec_lines)}
+    )
+
+
+def test_missing_api_version(tmp_path: Path) -> None:
+    text = cluster_yaml().removeprefix(HEAD)
+    assert findings_text(tmp_path, {"cluster.yaml": text}) == [
+        "lab/cluster.yaml:1:1: error: missing apiVersion (add apiVersion: placement/v1alpha1)"
+    ]
+
+
+def test_unknown_api_version(tmp_path: Path) -> None:
+    text = cluster_yaml().replace("placement/v1alpha1", "placement/v2")
+    assert findings_text(tmp_path, {"cluster.yaml": text}) == [
+        "lab/cluster.yaml:1:13: error: apiVersion: unknown apiVersion 'placement/v2' "
+        "(use apiVersion: placement/v1alpha1)"
+    ]
+
+
+def test_missing_kind(tmp_path: Path) -> None:
+    text = cluster_yaml().replace("kind: Cluster\n", "")
+    assert findings_text(tmp_path, {"cluster.yaml": text}) == [
+        "lab/: error: no Cluster document in this folder (add a cluster.yaml with kind: Cluster "
+        "listing the hosts; see docs/cluster-state.md)",
+        "lab/cluster.yaml:1:1: error: missing kind (add kind: one of Cluster, BalancePolicy, "
+        "PlacementRules, Placement)",
+    ]
+
+
+def test_unknown_kind(tmp_path: Path) -> None:
+    files = {"cluster.yaml": cluster_yaml(), "x.yaml": f"{HEAD}kind: Clutser\nmetadata: {{}}\n"}
+    assert findings_text(tmp_path, files) == [
+        "lab/x.yaml:2:7: error: kind: unknown kind 'Clutser' (use one of Cluster, "
+        "BalancePolicy, PlacementRules, Placement)"
+    ]
+
+
+def test_unknown_key_points_at_the_key(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "threshold: 20", "treshold: 30") == [
+        "lab/policy.yaml:6:3: error: spec.treshold: unknown key 'treshold' (did you mean "
+        "'threshold'? allowed here: mode, interval, score, basis, threshold, margin, "
+        "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
+        "migration, windows)"
+    ]
+
+
+def test_python_field_names_are_unknown_keys(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "hold_rounds: 3") == [
+        "lab/policy.yaml:5:3: error: spec.hold_rounds: unknown key 'hold_rounds' (did you mean "
+        "'holdRounds'? allowed here: mode, interval, score, basis, threshold, margin, "
+        "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
+        "migration, windows)"
+    ]
+
+
+def test_unknown_key_in_a_rule_strips_the_type_tag(tmp_path: Path) -> None:
+    rule = "{name: p, type: pin, vms: {names: [erp]}, hosts: {names: [kvm-01]}, maxSkew: 1}"
+    assert rule_findings(tmp_path, rule) == [
+        f"lab/rules.yaml:6:{col(rule, 'maxSkew')}: error: spec.rules[0].maxSkew: "
+        "unknown key 'maxSkew' (remove it; allowed here: name, type, vms, hosts)"
+    ]
+
+
+def test_threshold_out_of_range(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "threshold: 120") == [
+        "lab/policy.yaml:5:14: error: spec.threshold: 120 is too large (use at most 100)"
+    ]
+
+
+def test_batch_zero(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "batch: 0") == [
+        "lab/policy.yaml:5:10: error: spec.batch: 0 is too small (use at least 1)"
+    ]
+
+
+def test_score_weights_all_zero(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "score: {cpu: 0, memory: 0}") == [
+        "lab/policy.yaml:5:10: error: spec.score: score weights cpu and memory are both 0 "
+        "(give at least one a weight)"
+    ]
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "interval: 15 minutes") == [
+        "lab/policy.yaml:5:13: error: spec.interval: '15 minutes' is not a duration (write a "
+        "number and a unit: ms, s, m, h, d or w (e.g. 90s, 15m, 6h, 1h30m))"
+    ]
+
+
+def test_bad_size(tmp_path: Path) -> None:
+    host = '{name: kvm-01, uri: "test:///one", reserve: {memory: 4GB1}}'
+    assert findings_text(tmp_path, {"cluster.yaml": cluster_yaml(host)}) == [
+        f"lab/cluster.yaml:6:{col(host, '4GB1')}: error: "
+        "spec.hosts[0].reserve.memory: '4GB1' is not a size "
+        "(write a number and a unit: B, KiB, MiB, GiB or TiB)"
+    ]
+
+
+def test_wrong_enum_value(tmp_path: Path) -> None:
+    assert _policy(tmp_path, "mode: yolo") == [
+        "lab/policy.yaml:5:9: error: spec.mode: the string 'yolo' is not allowed "
+        "(use one of 'observe', 'propose' or 'apply')"
+    ]
+
+
+def test_unquoted_yes_gets_a_quoting_hint(tmp_path: Path) -> None:
+    host = '{name: kvm-01, uri: "test:///one", labels: {gpu: yes}}'
+    assert findings_text(tmp_path, {"cluster.yaml": cluster_yaml(host)}) == [
+        f"lab/cluster.yaml:6:{col(host, 'yes')}: error: "
+        "spec.hosts[0].labels.gpu: expected a string, found true "
+        '(put it in quotes: "yes")'
+    ]
+
+
+def test_missing_required_key_points_at_its_mapping(tmp_path: Path) -> None:
+    cluster = cluster_yaml("{name: kvm-01}")
+    assert findings_text(tmp_path, {"cluster.yaml": cluster}) == [
+        "lab/cluster.yaml:6:7: error: spec.hosts[0].uri: missing required key 'uri' "
+        "(add uri: to this mapping)"
+    ]
+
+
+def test_unknown_rule_type(tmp_path: Path) -> None:
+    assert rule_findings(tmp_path, "{name: x, type: pinn, vms: {names: [a]}}") == [
+        "lab/rules.yaml:6:7: error: spec.rules[0]: unknown type 'pinn' (use one of "
+        "'antiAffinity', 'affinity', 'hostAffinity', 'hostAntiAffinity', 'pin', 'exclude', "
+        "'spread', 'disruptionBudget')"
+    ]
+
+
+def test_wrong_type_in_a_rule(tmp_path: Path) -> None:
+    rule = "{name: s, type: spread, vms: {names: [a]}, maxSkew: many}"
+    assert rule_findings(tmp_path, rule) == [
+        f"lab/rules.yaml:6:{col(rule, 'many')}: error: spec.rules[0].maxSkew: "
+        "expected a whole number, found the string 'many' (write a whole number here)"
+    ]
+
+
+def test_two_documents_of_one_kind(tmp_path: Path) -> None:
+    files = {"a.yaml": cluster_yaml(), "b.yaml": cluster_yaml()}
+    assert findings_text(tmp_path, files) == [
+        "lab/b.yaml:2:7: error: kind: a second Cluster document in this cluster (the first is "
+        "in lab/a.yaml:2) (keep one Cluster per cluster folder; put each cluster in its own "
+        "folder)"
+    ]
+
+
+def test_folder_without_a_cluster(tmp_path: Path) -> None:
+    assert findings_text(tmp_path, {"policy.yaml": policy_yaml("batch: 2")}) == [
+        "lab/: error: no Cluster document in this folder (add a cluster.yaml with kind: Cluster "
+        "listing the hosts; see docs/cluster-state.md)"
+    ]
+
+
+def test_several_documents_in_one_file_are_all_read(tmp_path: Path) -> None:
+    text = f"{cluster_yaml()}---\n{policy_yaml('batch: 0')}"
+    first = len(cluster_yaml().splitlines())
+    assert findings_text(tmp_path, {"all.yaml": text}) == [
+        f"lab/all.yaml:{first + 6}:10: error: spec.batch: 0 is too small (use at least 1)"
+    ]
+
+
+def test_every_error_of_a_folder_is_reported(tmp_path: Path) -> None:
+    findings = _policy(tmp_path, "batch: 0", "threshold: 101", "margin: -1")
+    assert [f.split(": ")[2] for f in findings] == ["spec.batch", "spec.threshold", "spec.margin"]
