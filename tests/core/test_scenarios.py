@@ -5,6 +5,10 @@ A scenario holds ``description``, ``now``, ``desired`` (the documents ``cluster`
 ``expected``: the plan's essential outcome (moves, deferred, unsatisfiable, proposed placement
 and the spread of each architecture, rounded to one decimal).
 
+A scenario whose ``expected`` is right but which the planner gets wrong today carries
+``known_bug: <what is wrong>``: it runs as a strict xfail (it fails the suite once the planner is
+fixed, so the key gets removed) and ``UPDATE_GOLDEN`` leaves it alone.
+
 To record what the planner now gives after a deliberate change::
 
     UPDATE_GOLDEN=1 pytest tests/core/test_scenarios.py
@@ -36,7 +40,7 @@ from reconciler.model.snapshot import Snapshot
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-TOP_KEYS = {"description", "now", "desired", "snapshot", "history", "expected"}
+TOP_KEYS = {"description", "known_bug", "now", "desired", "snapshot", "history", "expected"}
 
 
 class Scenario:
@@ -153,7 +157,7 @@ def test_scenario_documents_pass_validation(path: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_scenario(path: Path) -> None:
+def test_scenario(path: Path, request: pytest.FixtureRequest) -> None:
     try:
         planner = importlib.import_module("reconciler.core.planner")
     except ModuleNotFoundError as err:
@@ -161,9 +165,12 @@ def test_scenario(path: Path) -> None:
             raise
         pytest.skip("reconciler.core.planner is not there yet")
     s = Scenario(path)
+    known_bug = s.data.get("known_bug")
+    if known_bug:
+        request.applymarker(pytest.mark.xfail(reason=f"planner bug: {known_bug}", strict=True))
     plan: Plan = planner.plan(s.desired, s.snapshot, s.history, now=s.now)
     got = outcome(plan)
-    if UPDATE and got != s.expected:
+    if UPDATE and got != s.expected and not known_bug:
         write_expected(path, got)
         return
     assert got == s.expected, f"{path.name}: {s.data['description']}"
