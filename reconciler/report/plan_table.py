@@ -5,14 +5,15 @@ No colour and no terminal queries: the same text goes to a terminal, a log or a 
 A plan reads top to bottom: the header (cluster, plan id, the load spread of each CPU
 architecture before and after against the threshold, and how many rounds in a row it was over
 the threshold against ``holdRounds``), the moves of this reconcile grouped by wave, the moves
-deferred to later rounds by the batch limit, what cannot be satisfied and why, every host's load
-before and after, and one summary line.
+deferred to later rounds by the batch limit, changes to the Placement document that need no
+migration (adopted drift), what cannot be satisfied and why, every host's load before and after,
+and one summary line.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 
 from reconciler.model.plan import Candidate, HostLoad, Move, PlaceResult, Plan, Unsatisfiable
@@ -138,23 +139,46 @@ def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
     return lines
 
 
-def summary_line(plan: Plan) -> str:
-    """``N moves in W waves, D deferred, U unsatisfiable`` or ``No changes.``."""
+def placement_updates(
+    plan: Plan, current: Mapping[str, str]
+) -> list[tuple[str, str | None, str | None]]:
+    """(vm, current host, proposed host) of Placement entries that change without a move."""
+    moved = {m.vm for m in (*plan.moves, *plan.deferred)}
+    return [
+        (vm, current.get(vm), plan.placement.get(vm))
+        for vm in sorted(set(current) | set(plan.placement))
+        if vm not in moved and current.get(vm) != plan.placement.get(vm)
+    ]
+
+
+def summary_line(plan: Plan, updates: int = 0) -> str:
+    """``N moves in W waves, D deferred, U unsatisfiable`` or ``No changes.``.
+
+    ``updates`` counts Placement entries that change without a move; they are changes too.
+    """
     unsat = len(plan.unsatisfiable)
+    tail = f", {_plural(updates, 'placement update')}" if updates else ""
     if not plan.has_changes:
+        if updates:
+            return f"No moves; {_plural(updates, 'placement update')}, {unsat} unsatisfiable"
         return f"No changes; {unsat} unsatisfiable (see above)." if unsat else "No changes."
     waves = len({m.wave for m in plan.moves})
     return (
         f"{_plural(len(plan.moves), 'move')} in {_plural(waves, 'wave')}, "
-        f"{len(plan.deferred)} deferred, {unsat} unsatisfiable"
+        f"{len(plan.deferred)} deferred, {unsat} unsatisfiable{tail}"
     )
 
 
-def plan_table(plan: Plan) -> str:
-    """The whole plan as text, ending with a newline."""
+def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
+    """The whole plan as text, ending with a newline.
+
+    ``current`` is the folder's ``Placement.spec.vms``: given, entries the plan changes without
+    a move (drift adopted) are listed and counted.
+    """
+    updates = placement_updates(plan, current) if current is not None else []
     out: list[str] = [
-        f"Plan {plan.plan_id} for cluster {plan.cluster} "
-        f"at {plan.created_at.isoformat().replace('+00:00', 'Z')}"
+        f"Plan for cluster {plan.cluster} at {plan.created_at.isoformat().replace('+00:00', 'Z')}",
+        f"{INDENT}id {plan.plan_id}",
     ]
     if plan.spreads:
         arch_w = max(len(s.arch) for s in plan.spreads)
@@ -182,6 +206,13 @@ def plan_table(plan: Plan) -> str:
         out.append(f"Deferred to later rounds by the batch limit ({len(plan.deferred)}):")
         out.extend(_move_lines(plan.deferred, cols, INDENT * 2))
 
+    if updates:
+        out.append("")
+        out.append(f"Placement updates without a migration ({len(updates)}):")
+        vm_w = max(len(vm) for vm, _, _ in updates)
+        for vm, old, new in updates:
+            out.append(f"{INDENT * 2}{vm:<{vm_w}}  {old or '(unlisted)'} -> {new or '(unlisted)'}")
+
     if plan.unsatisfiable:
         out.append("")
         out.append(f"Unsatisfiable ({len(plan.unsatisfiable)}); no move can fix these:")
@@ -193,7 +224,7 @@ def plan_table(plan: Plan) -> str:
         out.extend(_host_lines(plan.hosts))
 
     out.append("")
-    out.append(summary_line(plan))
+    out.append(summary_line(plan, len(updates)))
     return "\n".join(out) + "\n"
 
 

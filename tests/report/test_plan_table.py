@@ -3,7 +3,13 @@ from __future__ import annotations
 import pytest
 
 from reconciler.model.plan import Candidate, PlaceResult, Unsatisfiable, UnsatisfiableCode
-from reconciler.report.plan_table import WIDTH, place_table, plan_table, summary_line
+from reconciler.report.plan_table import (
+    WIDTH,
+    place_table,
+    placement_updates,
+    plan_table,
+    summary_line,
+)
 from tests.report.plans import busy_plan, empty_plan
 
 
@@ -17,9 +23,9 @@ def _section(text: str, title: str) -> list[str]:
 
 def test_header_names_cluster_plan_and_spread_against_threshold_and_hold_rounds() -> None:
     text = plan_table(busy_plan())
-    first = text.splitlines()[0]
-    assert "3f2a9c1d" in first
-    assert "cluster lab" in first
+    first, second = text.splitlines()[:2]
+    assert first == "Plan for cluster lab at 2025-03-01T12:00:00Z"
+    assert second == "  id 3f2a9c1d"
     spread = _section(text, "Spread")
     assert len(spread) == 1
     assert spread[0].split() == [
@@ -137,3 +143,35 @@ def test_place_table(host: str | None, first: str) -> None:
     kvm01 = next(line for line in table if line.strip().startswith("kvm-01"))
     assert kvm01.split()[1:3] == ["no", "-"]
     assert kvm01.endswith("memory 95% > hostLimit 90%")
+
+
+def test_placement_updates_without_a_move_are_listed_and_counted() -> None:
+    """Adopted drift changes the Placement document without migrating anything."""
+    plan = empty_plan().model_copy(
+        update={"placement": {"web-1": "kvm-02", "db-1": "kvm-03", "new-1": "kvm-01"}}
+    )
+    current = {"web-1": "kvm-01", "db-1": "kvm-03", "gone-1": "kvm-02"}
+    assert placement_updates(plan, current) == [
+        ("gone-1", "kvm-02", None),
+        ("new-1", None, "kvm-01"),
+        ("web-1", "kvm-01", "kvm-02"),
+    ]
+    text = plan_table(plan, current)
+    lines = _section(text, "Placement updates without a migration (3)")
+    assert [line.split() for line in lines] == [
+        ["gone-1", "kvm-02", "->", "(unlisted)"],
+        ["new-1", "(unlisted)", "->", "kvm-01"],
+        ["web-1", "kvm-01", "->", "kvm-02"],
+    ]
+    assert text.splitlines()[-1] == "No moves; 3 placement updates, 0 unsatisfiable"
+    # Without the current placement there is nothing to compare with.
+    assert plan_table(plan).splitlines()[-1] == "No changes."
+
+
+def test_moved_vms_are_not_placement_updates() -> None:
+    plan = busy_plan()
+    current = {"web-1": "kvm-01", "db-1": "kvm-01", "web-2": "kvm-01", "web-3": "kvm-01"}
+    assert placement_updates(plan, current) == []
+    assert "Placement updates" not in plan_table(plan, current)
+    extra = {**current, "old-1": "kvm-04"}
+    assert plan_table(plan, extra).splitlines()[-1].endswith(", 1 placement update")
