@@ -57,6 +57,7 @@ class _Folder:
     findings: list[Finding] = field(default_factory=list)
     models: dict[str, tuple[KindModel, Document]] = field(default_factory=dict)
     first: dict[str, Document] = field(default_factory=dict)
+    unreadable: bool = False
 
 
 def counted(n: int, noun: str) -> str:
@@ -136,6 +137,7 @@ def _read_folder(folder: Path, files: Sequence[Path]) -> _Folder:
             documents = read_documents(path, root=folder)
         except DocumentError as err:
             state.findings.append(_document_error_finding(err))
+            state.unreadable = True
             continue
         for doc in documents:
             _add_document(state, doc)
@@ -167,7 +169,7 @@ def validate_folder(
                 f"add a cluster.yaml with kind: Cluster; {_DOCS_HINT}",
             )
         )
-    elif "Cluster" not in state.first:
+    elif "Cluster" not in state.first and not state.unreadable:
         state.findings.append(
             _folder_finding(
                 folder,

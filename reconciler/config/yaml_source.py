@@ -76,8 +76,10 @@ class _Builder:
         self.raw: dict[DocPath, str] = {}
         self.constructor = yaml.SafeLoader("")
 
-    def fail(self, node: Node, message: str, hint: str) -> DocumentError:
-        line, column = _mark(node)
+    def fail(
+        self, node: Node, message: str, hint: str, at: Position | None = None
+    ) -> DocumentError:
+        line, column = at or _mark(node)
         return DocumentError(message, file=self.file, line=line, column=column, hint=hint)
 
     def build(self, node: Node, path: DocPath) -> Any:
@@ -88,6 +90,7 @@ class _Builder:
                 f"the document expands to more than {MAX_NODES} values (anchors and aliases "
                 "repeated inside each other)",
                 "write the values out instead of nesting aliases",
+                at=self.keys.get(path[:1]),  # the top-level key whose value explodes
             )
         if len(path) > MAX_DEPTH:
             raise self.fail(
@@ -178,8 +181,43 @@ def _yaml_error(exc: yaml.YAMLError, text: str, file: str) -> DocumentError:
     return DocumentError(f"malformed YAML: {exc}", file=file, hint=_SYNTAX_HINT)
 
 
+def _flow_depth_error(text: str, file: str) -> DocumentError | None:
+    """Refuse deeply nested ``[``/``{`` before PyYAML, whose scanner slows down on them."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    quote = ""
+    comment = False
+    for offset, char in enumerate(text):
+        if comment:
+            comment = char != "\n"
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                line, column = _position_in(text, offset)
+                return DocumentError(
+                    f"the document is nested more than {MAX_DEPTH} levels deep",
+                    file=file,
+                    line=line,
+                    column=column,
+                    hint="flatten the structure; cluster-state documents need a few levels",
+                )
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return None
+
+
 def documents_from_text(text: str, file: str) -> list[Document]:
     """Every non-empty document of ``text``; raises DocumentError on the first problem."""
+    error = _flow_depth_error(text, file)
+    if error is not None:
+        raise error
     out: list[Document] = []
     try:
         for index, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader)):
