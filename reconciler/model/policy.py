@@ -58,8 +58,16 @@ class MigrationTuning(Frozen):
         alias="progressTimeout",
         description="Abort a migration that makes no progress for this long.",
     )
-    auto_converge: bool = Field(default=False, alias="autoConverge")
-    post_copy: bool = Field(default=False, alias="postCopy")
+    auto_converge: bool = Field(
+        default=False,
+        alias="autoConverge",
+        description="Let libvirt throttle the guest's vCPUs so a busy VM's migration converges.",
+    )
+    post_copy: bool = Field(
+        default=False,
+        alias="postCopy",
+        description="Allow post-copy migration: switch to the target before all memory is copied.",
+    )
 
 
 class Window(Frozen):
@@ -67,7 +75,7 @@ class Window(Frozen):
         pattern=r"^\S+(\s+\S+){4}$",
         description="Five-field cron expression of when a window opens.",
     )
-    duration: Duration
+    duration: Duration = Field(description="How long the window stays open.")
 
 
 class BalancePolicySpec(Frozen):

@@ -48,7 +48,12 @@ class AntiAffinityRule(Frozen):
     name: str = _NAME
     type: Literal["antiAffinity"]
     vms: Selector
-    topology_key: str | None = Field(default=None, alias="topologyKey", min_length=1)
+    topology_key: str | None = Field(
+        default=None,
+        alias="topologyKey",
+        min_length=1,
+        description="Host label whose values must differ between members. Default: the host.",
+    )
     enforcement: Enforcement = _ENF
 
 
@@ -104,8 +109,18 @@ class SpreadRule(Frozen):
     name: str = _NAME
     type: Literal["spread"]
     vms: Selector
-    topology_key: str | None = Field(default=None, alias="topologyKey", min_length=1)
-    max_skew: int = Field(default=1, ge=1, alias="maxSkew")
+    topology_key: str | None = Field(
+        default=None,
+        alias="topologyKey",
+        min_length=1,
+        description="Host label whose values the members spread over. Default: the host.",
+    )
+    max_skew: int = Field(
+        default=1,
+        ge=1,
+        alias="maxSkew",
+        description="Largest allowed difference of member counts between two values.",
+    )
     enforcement: Enforcement = _ENF
 
 
@@ -115,7 +130,9 @@ class DisruptionBudgetRule(Frozen):
     name: str = _NAME
     type: Literal["disruptionBudget"]
     vms: Selector
-    max_concurrent: int = Field(default=1, ge=1, alias="maxConcurrent")
+    max_concurrent: int = Field(
+        default=1, ge=1, alias="maxConcurrent", description="Members migrating at once, at most."
+    )
 
 
 Rule = Annotated[
