@@ -159,7 +159,15 @@ def validate_folder(
 
     ``files`` limits the reading to those files (default: every YAML file of the folder).
     """
-    paths = yaml_files(folder) if files is None else list(files)
+    try:
+        paths = yaml_files(folder) if files is None else list(files)
+    except OSError as exc:
+        finding = _folder_finding(
+            folder,
+            f"cannot list the folder: {exc.strerror or exc}",
+            "check that it exists and is readable",
+        )
+        return ClusterReport(folder=folder_text(folder), findings=[finding]), None
     state = _read_folder(folder, paths)
     if not paths or (not state.first and not state.findings):
         state.findings.append(
@@ -205,7 +213,10 @@ def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
     reports: list[ClusterReport] = []
     for path in paths:
         if path.is_dir():
-            folders = cluster_folders(path) or [path]
+            try:
+                folders = cluster_folders(path) or [path]
+            except OSError:
+                folders = [path]
             reports.extend(validate_folder(folder)[0] for folder in folders)
         else:
             reports.append(_validate_file(path))

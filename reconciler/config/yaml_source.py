@@ -279,9 +279,9 @@ def read_documents(path: Path, *, root: Path) -> list[Document]:
             )
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
         raise DocumentError(
-            f"cannot read the file: {exc.strerror or exc}",
+            f"cannot read the file: {getattr(exc, 'strerror', None) or exc}",
             file=file,
             hint="check that it exists and is readable",
         ) from None

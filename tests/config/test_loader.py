@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,14 @@ def test_only_yaml_files_are_read(tmp_path: Path) -> None:
     (report,) = validate_paths([folder])
     assert report.findings == []
     assert report.name == "lab"
+
+
+def test_an_unreadable_folder_is_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = write_folder(tmp_path, {"cluster.yaml": cluster_yaml()})
+
+    def refuse(self: Path) -> Iterator[Path]:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    (report,) = validate_paths([folder])
+    assert [f.message for f in report.findings] == ["cannot list the folder: Permission denied"]

@@ -178,3 +178,11 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.yaml")
     with pytest.raises(DocumentError, match="^not a regular file"):
         read_documents(tmp_path / "pipe.yaml", root=tmp_path)
+
+
+def test_dangling_and_looping_symlinks(tmp_path: Path) -> None:
+    (tmp_path / "gone.yaml").symlink_to(tmp_path / "missing.yaml")
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    for name in ("gone.yaml", "loop.yaml"):
+        with pytest.raises(DocumentError, match="^cannot read the file: "):
+            read_documents(tmp_path / name, root=tmp_path)
