@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from reconciler.config.findings import DocPath, Finding, Severity, path_text
 from reconciler.config.selectors import (
@@ -32,6 +33,8 @@ from reconciler.model.rules import (
     Rule,
     Selector,
 )
+
+R = TypeVar("R")
 
 REQUIRED = Enforcement.REQUIRED
 _PREFERRED_HINT = "or make the rule enforcement: preferred"
@@ -80,7 +83,8 @@ def _labels_text(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in labels.items())
 
 
-def _indexed(desired: DesiredState, kind: type[Rule]) -> list[tuple[int, Rule]]:
+def _indexed(desired: DesiredState, kind: type[R]) -> list[tuple[int, R]]:
+    """The rules of one type, with their index in ``spec.rules``."""
     return [(i, r) for i, r in enumerate(desired.rules.spec.rules) if isinstance(r, kind)]
 
 
@@ -231,7 +235,6 @@ def host_affinity_findings(desired: DesiredState, src: Sources) -> list[Finding]
     hosts = desired.cluster.spec.hosts
     out = []
     for i, rule in _indexed(desired, HostAffinityRule):
-        assert isinstance(rule, HostAffinityRule)
         if not _required(rule) or not _names_exist(rule.hosts, hosts):
             continue
         if eligible_hosts(desired, rule.vms):
@@ -264,7 +267,6 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     out = []
     pinned: dict[str, tuple[str, str]] = {}
     for i, rule in _indexed(desired, PinRule):
-        assert isinstance(rule, PinRule)
         if not _names_exist(rule.hosts, hosts):
             continue
         picked = hosts_matching(rule.hosts, hosts)
@@ -324,7 +326,6 @@ def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list
     """A required antiAffinity with more (literally named) VMs than hosts it may use."""
     out = []
     for i, rule in _indexed(desired, AntiAffinityRule):
-        assert isinstance(rule, AntiAffinityRule)
         members = literal_members(rule.vms)
         if not _required(rule) or members is None:
             continue
@@ -449,7 +450,6 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
     placed = {vm: by_name[h] for vm, h in desired.placement.spec.vms.items() if h in by_name}
     out = []
     for _, rule in _indexed(desired, AntiAffinityRule):
-        assert isinstance(rule, AntiAffinityRule)
         if not _required(rule):
             continue
         key = rule.topology_key
