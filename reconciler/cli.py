@@ -118,26 +118,151 @@ def _run_schema(args: argparse.Namespace) -> int:
 
 # --- lab ------------------------------------------------------------------------------------
 
+LAB_DIR = Path(".lab")
+
 
 def _add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("lab", help="a local multi-host libvirt lab with real VMs")
+    p = sub.add_parser(
+        "lab",
+        help="a local multi-host libvirt lab with real VMs",
+        description="Run several libvirt daemons on this machine as hosts kvm-01, kvm-02, ... "
+        "with tiny VMs, unevenly placed, and a matching cluster folder <dir>/cluster-state/. "
+        "Needs root, libvirtd and QEMU; --driver test writes libvirt test-driver files instead.",
+    )
+    actions = p.add_subparsers(dest="lab_action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the lab (or say that it is up)")
+    up.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3)")
+    up.add_argument("--vms", type=int, default=8, help="number of VMs (default 8)")
+    up.add_argument(
+        "--driver",
+        choices=("qemu", "test"),
+        default="qemu",
+        help="qemu: real daemons and VMs (default); test: libvirt test-driver files only",
+    )
+    up.add_argument("--recreate", action="store_true", help="stop a running lab first")
+    status = actions.add_parser("status", help="list the lab's hosts and VMs")
+    down = actions.add_parser("down", help="stop what `lab up` started and remove its folder")
+    for action in (up, status, down):
+        action.add_argument(
+            "--dir", type=Path, default=LAB_DIR, help="the lab's folder (default .lab)"
+        )
     p.set_defaults(handler=_run_lab)
 
 
 def _run_lab(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    # imported here so that commands without libvirt work where it is not installed
+    from reconciler.adapters import libvirt_lab
+
+    if args.lab_action == "up":
+        lab = libvirt_lab.start_lab(
+            args.dir, hosts=args.hosts, vms=args.vms, driver=args.driver, recreate=args.recreate
+        )
+        if lab.already_up:
+            print(f"a lab is already up in {lab.dir} (use --recreate to start it afresh)")
+        else:
+            kind = "libvirt test-driver files" if lab.driver == "test" else f"{lab.virt_type} VMs"
+            print(
+                f"lab up in {lab.dir}: {len(lab.hosts)} hosts, {len(lab.vms)} {kind} "
+                f"in {lab.seconds:.1f}s"
+            )
+        for host in lab.hosts:
+            names = ", ".join(vm.name for vm in lab.vms if vm.host == host.name) or "-"
+            print(f"  {host.name}  {host.uri}\n      {names}")
+        print(f"cluster folder: {lab.cluster_dir}")
+        print(f"next: reconciler observe {lab.cluster_dir}")
+        return EXIT_OK
+    if args.lab_action == "status":
+        status = libvirt_lab.lab_status(args.dir)
+        print(f"lab in {status.dir} ({status.driver} driver)")
+        for h in status.hosts:
+            state = "up" if h.up else "down"
+            extra = f"  pid {h.pid}" if h.pid else ""
+            extra += f"  ({h.error})" if h.error else ""
+            print(f"  {h.name}  {state:<4}  {h.uri}{extra}")
+        for vm in status.vms:
+            print(f"    {vm.name:<12} {vm.host:<8} {vm.state}")
+        return EXIT_OK if all(h.up for h in status.hosts) else EXIT_ERROR
+    lab = libvirt_lab.stop_lab(args.dir)
+    print(f"lab in {lab.dir} stopped and removed")
+    return EXIT_OK
 
 
 # --- observe --------------------------------------------------------------------------------
 
 
 def _add_observe(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("observe", help="show what libvirt reports of every host and VM")
+    p = sub.add_parser(
+        "observe",
+        help="show what libvirt reports of every host and VM",
+        description="Connect to every host of a cluster folder at once and show hosts and VMs. "
+        "Exit 0 when every host answered, 1 when one did not (it is still shown).",
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="cluster folder (default: cluster-state/, or .lab/cluster-state when a lab is up)",
+    )
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument("--call-timeout", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument(
+        "--sample-interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="time between the two CPU samples (default 0.5)",
+    )
+    p.add_argument(
+        "--shared-path",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="storage every host mounts; disks under it do not block migration (repeatable)",
+    )
     p.set_defaults(handler=_run_observe)
 
 
+def _cluster_folder(path: Path | None) -> Path:
+    """The folder given, else ``.lab/cluster-state`` when a lab is up here, else cluster-state/."""
+    if path is not None:
+        return path.parent if path.is_file() else path
+    lab_folder = LAB_DIR / "cluster-state"
+    if (LAB_DIR / "lab.json").is_file() and lab_folder.is_dir():
+        print(f"using the lab's cluster folder {lab_folder}", file=sys.stderr)
+        return lab_folder
+    return Path("cluster-state")
+
+
 def _run_observe(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from reconciler.adapters import snapshot_file
+    from reconciler.errors import TerminalError
+    from reconciler.report.observe_table import observe_table
+
+    try:
+        from reconciler.adapters import libvirt_observer
+    except ImportError as err:
+        raise TerminalError(
+            f"observe needs the libvirt Python bindings: {err}",
+            hint="pip install libvirt-python (needs libvirt-dev and pkg-config)",
+        ) from err
+
+    desired = config.load_desired(_cluster_folder(args.path))
+    snapshot = libvirt_observer.observe_cluster(
+        desired.cluster,
+        connect_timeout=args.connect_timeout,
+        call_timeout=args.call_timeout,
+        sample_interval=args.sample_interval,
+        shared_paths=args.shared_path,
+    )
+    if args.format == "json":
+        sys.stdout.write(snapshot_file.snapshot_json(snapshot))
+    else:
+        sys.stdout.write(observe_table(snapshot))
+    down = [h for h in snapshot.hosts if not h.reachable]
+    for host in down:
+        print(f"warning: host {host.name} unreachable: {host.error}", file=sys.stderr)
+    return EXIT_ERROR if down else EXIT_OK
 
 
 # --- plan / place ---------------------------------------------------------------------------

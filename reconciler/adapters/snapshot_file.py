@@ -1,0 +1,72 @@
+"""Snapshots as JSON files, so ``plan --snapshot FILE`` can run without reaching any host.
+
+The file is the ``Snapshot`` model by alias in JSON mode, as ``observe --format json`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from reconciler.errors import SnapshotError
+from reconciler.model.snapshot import SNAPSHOT_VERSION, Snapshot
+
+MAX_BYTES = 256 * 1024**2
+"""Larger files are refused rather than read into memory."""
+
+
+def snapshot_json(snapshot: Snapshot) -> str:
+    """The snapshot as indented JSON text ending with a newline."""
+    return snapshot.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+def save_snapshot(snapshot: Snapshot, path: Path) -> None:
+    """Write ``snapshot`` to ``path`` (replacing it atomically)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(snapshot_json(snapshot))
+        tmp.replace(path)
+    except OSError as err:
+        raise SnapshotError(f"cannot write snapshot {path}: {err.strerror or err}") from err
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """The snapshot saved in ``path``; ``SnapshotError`` says why a file cannot be used."""
+    hint = "write one with `reconciler observe --format json > FILE`"
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise SnapshotError(f"{path} is larger than {MAX_BYTES} bytes", hint=hint)
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SnapshotError(
+            f"cannot read snapshot {path}: {err.strerror or err}", hint=hint
+        ) from err
+    except UnicodeDecodeError as err:
+        raise SnapshotError(f"{path} is not UTF-8 text: {err}", hint=hint) from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SnapshotError(
+            f"{path} is not JSON: {err.msg} at line {err.lineno} column {err.colno}", hint=hint
+        ) from err
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{path} is not a snapshot (a JSON object)", hint=hint)
+    version = data.get("schemaVersion")
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"{path} has snapshot schemaVersion {version!r}; this reconciler reads "
+            f"version {SNAPSHOT_VERSION}",
+            hint="observe again with this version of the reconciler",
+        )
+    try:
+        return Snapshot.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SnapshotError(
+            f"{path} is not a valid snapshot: {where}: {first['msg']} "
+            f"({err.error_count()} problem(s))",
+            hint=hint,
+        ) from err

@@ -1,0 +1,169 @@
+"""The lab: its layout, its requirement checks, the test-driver lab, and the real lab."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters import libvirt_lab
+from reconciler.adapters.libvirt_lab import Lab, lab_layout
+from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.config import load_desired
+from reconciler.errors import LabError
+from reconciler.model.cluster import Cluster
+from tests.lab_fixtures import start_lab_or_skip
+
+
+def test_default_layout_is_unbalanced() -> None:
+    vms = lab_layout(3, 8)
+    assert [v.name for v in vms] == [
+        "web-1", "web-2", "web-3", "db-1", "db-2", "app-1", "cache-1", "erp",
+    ]  # fmt: skip
+    per_host = {h: [v.name for v in vms if v.host == h] for h in ("kvm-01", "kvm-02", "kvm-03")}
+    assert len(per_host["kvm-01"]) == 6
+    assert per_host["kvm-03"] == ["erp"]
+    assert {v.host for v in vms if v.name.startswith("db-")} == {"kvm-01", "kvm-02"}
+    assert {v.labels.get("app") for v in vms if v.name.startswith("web")} == {"web"}
+    assert {v.labels.get("role") for v in vms if v.name.startswith("db")} == {"db"}
+    assert all(64 <= v.memory_mib <= 256 and v.vcpus in (1, 2) for v in vms)
+    assert len({v.uuid for v in vms}) == 8
+
+
+def test_more_vms_are_numbered() -> None:
+    vms = lab_layout(4, 12)
+    assert [v.name for v in vms[8:]] == ["vm-09", "vm-10", "vm-11", "vm-12"]
+    assert all(64 <= v.memory_mib <= 256 for v in vms)
+    assert lab_layout(1, 3) == [v for v in lab_layout(1, 3) if v.host == "kvm-01"]
+
+
+def test_not_root_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(LabError, match="root") as info:
+        libvirt_lab.check_requirements()
+    assert "--driver test" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("missing", "package"),
+    [
+        ("libvirtd", "libvirt-daemon"),
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("unshare", "util-linux"),
+    ],
+)
+def test_missing_binary_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, missing: str, package: str
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    real = libvirt_lab._which
+    monkeypatch.setattr(
+        libvirt_lab, "_which", lambda name, *extra: None if name == missing else real(name, *extra)
+    )
+    if missing != "libvirtd" and real("libvirtd", "/usr/sbin") is None:
+        pytest.skip("libvirtd is missing here too")
+    with pytest.raises(LabError, match=missing) as info:
+        libvirt_lab.check_requirements()
+    assert package in (info.value.hint or "")
+
+
+def test_lab_error_becomes_a_visible_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def refuse(*_: object, **__: object) -> Lab:
+        raise LabError("no libvirtd here", hint="apt-get install libvirt-daemon")
+
+    monkeypatch.setattr(libvirt_lab, "start_lab", refuse)
+    with pytest.raises(pytest.skip.Exception, match="no libvirtd here.*apt-get install"):
+        start_lab_or_skip(tmp_path / "lab")
+
+
+def test_too_deep_a_folder_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / ("x" * 90)
+    with pytest.raises(LabError, match="too deep|root|not installed"):
+        libvirt_lab.start_lab(deep)
+    assert not (deep / "lab.json").exists()
+
+
+def test_test_driver_lab_up_status_down(tmp_path: Path) -> None:
+    directory = tmp_path / "lab"
+    lab = libvirt_lab.start_lab(directory, driver="test")
+    assert lab.driver == "test"
+    assert not lab.already_up
+    desired = load_desired(lab.cluster_dir)
+    assert desired.cluster.metadata.name == "lab"
+    assert [h.uri for h in desired.cluster.spec.hosts] == [
+        f"test://{directory}/hosts/kvm-0{i}.xml" for i in (1, 2, 3)
+    ]
+    policy = desired.policy.spec
+    assert (policy.basis, policy.hold_rounds, policy.min_uptime.total_seconds()) == (
+        "allocated",
+        1,
+        0,
+    )
+    assert "<memballoon model='virtio'/>" in Path(lab.hosts[0].path).read_text()
+    again = libvirt_lab.start_lab(directory, driver="test")
+    assert again.already_up
+    status = libvirt_lab.lab_status(directory)
+    assert all(h.up for h in status.hosts)
+    assert sorted(v.name for v in status.vms) == sorted(v.name for v in lab.vms)
+    snap = observe_cluster(desired.cluster, sample_interval=0)
+    assert {(v.name, v.host) for v in snap.vms} == {(v.name, v.host) for v in lab.vms}
+    assert {v.name: v.labels for v in snap.vms}["db-1"] == {"role": "db"}
+    libvirt_lab.stop_lab(directory)
+    assert not directory.exists()
+    with pytest.raises(LabError, match="no lab"):
+        libvirt_lab.lab_status(directory)
+
+
+def test_folder_that_is_not_a_lab_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep")
+    with pytest.raises(LabError, match="not a lab folder"):
+        libvirt_lab.start_lab(tmp_path, driver="test")
+    assert (tmp_path / "precious.txt").exists()
+
+
+def test_policy_overrides_keep_comments() -> None:
+    text = "kind: BalancePolicy\nspec:\n  basis: used   # how\n  threshold: 20\n"
+    out = libvirt_lab.lab_policy_text(text)
+    assert "  basis: allocated # how\n" in out or "  basis: allocated  # how" in out
+    assert "  holdRounds: 1\n" in out
+    assert "  minUptime: 0s\n" in out
+    assert "threshold: 20" in out
+
+
+@pytest.mark.lab
+def test_lab_runs_real_vms(lab: Lab, lab_cluster: Cluster) -> None:
+    assert lab.driver == "qemu"
+    assert lab.virt_type in ("kvm", "qemu")
+    snap = observe_cluster(lab_cluster, sample_interval=0.3)
+    assert all(h.reachable for h in snap.hosts), [h.error for h in snap.hosts]
+    assert len({h.uuid for h in snap.hosts}) == 3
+    assert all(h.arch == "x86_64" and h.cpu_model for h in snap.hosts)
+    assert all(h.memory_free is not None and h.memory_free > 0 for h in snap.hosts)
+    assert {(v.name, v.host) for v in snap.vms} == {(v.name, v.host) for v in lab.vms}
+    assert not snap.in_flight
+    for vm in snap.vms:
+        assert vm.state == "running"
+        assert vm.state_reason == "booted"
+        assert vm.cpu_used is not None
+        assert vm.memory_used is not None
+        assert vm.memory_used > 1 << 20
+        assert vm.memory_max == {v.name: v.memory_mib for v in lab.vms}[vm.name] << 20
+        assert vm.migratable, vm.unmigratable
+    assert {v.name: v.labels for v in snap.vms}["web-2"] == {"app": "web"}
+    # a handful of bulk calls per host, plus one XMLDesc per VM
+    for host in snap.hosts:
+        count = sum(1 for v in snap.vms if v.host == host.name)
+        assert host.libvirt_calls == 13 + count
+
+
+@pytest.mark.lab
+def test_lab_status_and_second_up(lab: Lab) -> None:
+    directory = Path(lab.dir)
+    status = libvirt_lab.lab_status(directory)
+    assert [h.up for h in status.hosts] == [True, True, True]
+    assert all(h.pid for h in status.hosts)
+    assert sorted((v.name, v.state) for v in status.vms) == sorted(
+        (v.name, "running") for v in lab.vms
+    )
+    assert libvirt_lab.start_lab(directory).already_up

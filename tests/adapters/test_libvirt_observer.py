@@ -1,0 +1,198 @@
+"""The observer against libvirt's test driver and against hosts that fail or hang."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.domain_metadata import render_metadata
+from reconciler.adapters.libvirt_lab import node_xml, write_node_files
+from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot
+from reconciler.model.base import API_VERSION, Metadata
+from reconciler.model.cluster import Cluster, ClusterSpec, Host
+from reconciler.model.snapshot import ReconcilerState, Snapshot, UnmigratableReason, VmRunState
+
+pytestmark = pytest.mark.libvirt
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def cluster_of(*hosts: tuple[str, str]) -> Cluster:
+    return Cluster(
+        api_version=API_VERSION,
+        kind="Cluster",
+        metadata=Metadata(name="t"),
+        spec=ClusterSpec(hosts=[Host(name=n, uri=u) for n, u in hosts]),
+    )
+
+
+def vm_xml(name: str, uuid: str, *, memory_mib: int = 128, extra: str = "") -> str:
+    return f"""<domain type='test'>
+  <name>{name}</name><uuid>{uuid}</uuid>
+  <metadata>{render_metadata({"app": name}, ReconcilerState(last_moved_from="x", moves=2))}
+  </metadata>
+  <memory unit='MiB'>{memory_mib}</memory><vcpu>2</vcpu>
+  <os><type>hvm</type></os>
+  <devices>{extra}<memballoon model='virtio'/></devices>
+</domain>"""
+
+
+def write(path: Path, *domains: str) -> str:
+    path.write_text(node_xml("\n".join(domains)))
+    return f"test://{path}"
+
+
+def test_many_hosts_observed_correctly(tmp_path: Path) -> None:
+    cluster = write_node_files(tmp_path, 200, 30)
+    snap = observe_cluster(cluster, sample_interval=0.05, now=NOW)
+    assert snap.taken_at == NOW
+    assert [h.name for h in snap.hosts] == [h.name for h in cluster.spec.hosts]
+    assert all(h.reachable and h.error is None for h in snap.hosts)
+    assert len(snap.vms) == 6000
+    assert not snap.in_flight
+    by_host: dict[str, list[str]] = {}
+    for vm in snap.vms:
+        by_host.setdefault(vm.host, []).append(vm.name)
+    assert len(by_host) == 200
+    for host, names in by_host.items():
+        assert sorted(names) == [f"{host}-vm-{j:02d}" for j in range(30)]
+    for vm in snap.vms:
+        j = int(vm.name.rsplit("-", 1)[1])
+        assert vm.labels == {"app": f"app-{j % 5}"}
+        assert vm.memory_max == vm.memory_current == 64 * (1 + j % 4) * 1024**2
+        assert vm.vcpus == 1 + j % 2
+        assert vm.state is VmRunState.RUNNING
+        assert vm.persistent
+        assert vm.migratable
+    first = snap.hosts[0]
+    assert first.cpus == 16
+    assert first.memory_total == 65536 * 1024**2
+    # bulk: a fixed number of calls per host plus one XMLDesc per VM
+    assert {h.libvirt_calls for h in snap.hosts} == {13 + 30}
+
+
+def test_host_and_vm_fields(tmp_path: Path) -> None:
+    uri = write(
+        tmp_path / "a.xml",
+        vm_xml("web-1", "11111111-2222-4333-8444-000000000001", memory_mib=192),
+        vm_xml(
+            "db-1",
+            "11111111-2222-4333-8444-000000000002",
+            extra="<disk type='file' device='disk'><source file='/srv/db.img'/>"
+            "<target dev='vda' bus='virtio'/></disk>",
+        ),
+    )
+    snap = observe_cluster(cluster_of(("kvm-01", uri)), sample_interval=0, now=NOW)
+    host = snap.hosts[0]
+    assert host.reachable
+    assert host.uri == uri
+    assert host.arch
+    assert host.hypervisor == "TEST"
+    assert host.libvirt_version
+    assert host.cpus == 4
+    assert host.memory_total == 4096 * 1024**2
+    assert host.observe_seconds > 0
+    web, db = sorted(snap.vms, key=lambda v: v.name, reverse=True)
+    assert web.name == "web-1"
+    assert web.uuid == "11111111-2222-4333-8444-000000000001"
+    assert web.memory_max == 192 * 1024**2
+    assert web.vcpus == 2
+    assert web.labels == {"app": "web-1"}
+    assert web.reconciler == ReconcilerState(last_moved_from="x", moves=2)
+    assert web.migratable
+    assert not web.unmigratable
+    assert not db.migratable
+    assert [u.code for u in db.unmigratable] == [UnmigratableReason.LOCAL_DISK]
+    again = observe_cluster(
+        cluster_of(("kvm-01", uri)), sample_interval=0, shared_paths=["/srv"], now=NOW
+    )
+    assert all(vm.migratable for vm in again.vms)
+
+
+def test_vm_on_two_hosts_is_in_flight(tmp_path: Path) -> None:
+    uuid = "11111111-2222-4333-8444-0000000000ff"
+    a = write(tmp_path / "a.xml", vm_xml("moving", uuid))
+    b = write(tmp_path / "b.xml", vm_xml("moving", uuid), vm_xml("other", uuid[:-2] + "01"))
+    snap = observe_cluster(cluster_of(("kvm-01", a), ("kvm-02", b)), sample_interval=0)
+    assert [(f.name, f.uuid, f.hosts) for f in snap.in_flight] == [
+        ("moving", uuid, ["kvm-01", "kvm-02"])
+    ]
+    moving = [vm for vm in snap.vms if vm.name == "moving"]
+    assert len(moving) == 2
+    for vm in moving:
+        assert not vm.migratable
+        assert UnmigratableReason.IN_FLIGHT in [u.code for u in vm.unmigratable]
+
+
+def test_unreachable_host_is_reported_not_empty(tmp_path: Path) -> None:
+    good = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
+    bad = f"qemu+unix:///system?socket={tmp_path}/no-such/libvirt-sock"
+    snap = observe_cluster(cluster_of(("kvm-01", good), ("kvm-02", bad)), sample_interval=0)
+    ok, down = snap.hosts
+    assert ok.reachable
+    assert not down.reachable
+    assert down.error
+    assert "no-such" in down.error
+    assert down.cpus is None
+    assert down.memory_total is None
+    assert down.libvirt_calls == 1
+    assert [vm.host for vm in snap.vms] == ["kvm-01"]
+
+
+def test_missing_node_file_is_unreachable(tmp_path: Path) -> None:
+    snap = observe_cluster(cluster_of(("kvm-01", f"test://{tmp_path}/missing.xml")))
+    assert not snap.hosts[0].reachable
+    assert "missing.xml" in (snap.hosts[0].error or "")
+
+
+@pytest.fixture
+def silent_socket(tmp_path: Path) -> Iterator[Path]:
+    """A unix socket that accepts connections (in its backlog) and never answers."""
+    path = tmp_path / "hung-sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(16)
+    yield path
+    server.close()
+
+
+def test_hung_host_times_out_without_holding_the_others(
+    tmp_path: Path, silent_socket: Path
+) -> None:
+    good = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
+    hung = f"qemu+unix:///system?socket={silent_socket}"
+    began = time.monotonic()
+    snap = observe_cluster(
+        cluster_of(("kvm-01", good), ("kvm-02", hung)),
+        connect_timeout=0.5,
+        call_timeout=0.5,
+        sample_interval=0,
+    )
+    elapsed = time.monotonic() - began
+    assert elapsed < 3, f"a hung host held the observer for {elapsed:.1f}s"
+    ok, down = snap.hosts
+    assert ok.reachable
+    assert len(snap.vms) == 1
+    assert not down.reachable
+    assert "connect timeout" in (down.error or "")
+    assert 0.4 < down.observe_seconds < 3
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    cluster = write_node_files(tmp_path / "nodes", 3, 4)
+    snap = observe_cluster(cluster, sample_interval=0, now=NOW)
+    path = tmp_path / "snap.json"
+    save_snapshot(snap, path)
+    text = path.read_text()
+    assert '"schemaVersion": 1' in text
+    assert '"takenAt"' in text
+    assert '"inFlight"' in text
+    loaded = load_snapshot(path)
+    assert loaded == snap
+    assert isinstance(loaded, Snapshot)

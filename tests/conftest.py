@@ -1,0 +1,3 @@
+"""Fixtures shared by every test package."""
+
+pytest_plugins = ["tests.lab_fixtures"]

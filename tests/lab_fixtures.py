@@ -1,0 +1,66 @@
+"""Shared lab fixtures: one real lab per test session, or a visible skip where it cannot run.
+
+Registered for every test through ``pytest_plugins`` in ``tests/conftest.py``. Tests that use
+``lab`` (and are marked ``@pytest.mark.lab``) get a running 3-host lab with the default 8 VMs;
+it is started once, under a temporary folder, and stopped at the end of the session, where the
+teardown also checks that no process of it is left and that its folder is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters import libvirt_lab
+from reconciler.adapters.libvirt_lab import Lab
+from reconciler.config import load_desired
+from reconciler.errors import LabError
+from reconciler.model.cluster import Cluster
+
+
+def start_lab_or_skip(directory: Path, **kwargs: object) -> Lab:
+    """``start_lab``, or skip the test with LabError's message where the lab cannot run."""
+    try:
+        return libvirt_lab.start_lab(directory, **kwargs)  # type: ignore[arg-type]
+    except LabError as err:
+        pytest.skip(f"the libvirt lab cannot start on this machine: {err}")
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def stop_and_check(directory: Path) -> None:
+    """Stop the lab in ``directory``; fail if one of its processes survives or its folder stays."""
+    pids = libvirt_lab.lab_processes(directory)
+    assert pids, "a running lab has processes"
+    libvirt_lab.stop_lab(directory)
+    deadline = time.monotonic() + 5
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in pids if pid_alive(p)]
+    assert not left, f"lab processes left after lab down: {left}"
+    assert not directory.exists(), "lab down leaves the lab folder behind"
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A running 3-host lab with 8 VMs, shared by the whole session."""
+    directory = tmp_path_factory.mktemp("lab") / "lab"
+    started = start_lab_or_skip(directory)
+    yield started
+    stop_and_check(directory)
+
+
+@pytest.fixture(scope="session")
+def lab_cluster(lab: Lab) -> Cluster:
+    """The Cluster of the running lab, read from the folder ``lab up`` wrote."""
+    return load_desired(lab.cluster_dir).cluster
