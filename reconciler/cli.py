@@ -11,11 +11,23 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
+
+import yaml
+from pydantic import ValidationError
 
 from reconciler import __version__, config
+from reconciler.adapters import snapshot_file
 from reconciler.config import schemas
-from reconciler.errors import ReconcilerError
+from reconciler.core import placer, planner
+from reconciler.errors import ConfigError, ReconcilerError, TerminalError
+from reconciler.model.desired import DesiredState
+from reconciler.model.history import History
+from reconciler.model.quantity import parse_size
+from reconciler.model.snapshot import Snapshot
+from reconciler.report import plan_json, plan_patch, plan_table
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -267,23 +279,280 @@ def _run_observe(args: argparse.Namespace) -> int:
 
 # --- plan / place ---------------------------------------------------------------------------
 
+PLAN_FORMATS = ("table", "json", "patch")
+PLACE_FORMATS = ("table", "json")
+EXIT_CHANGES = 2
+"""``plan``: moves, deferred moves or a changed Placement (like terraform -detailed-exitcode)."""
+EXIT_NO_FIT = 2
+"""``place``: the answer is that no host fits the new VM."""
+
+PLAN_EPILOG = """\
+exit codes (like terraform plan -detailed-exitcode):
+  0  no changes: nothing to move now or later, placement.yaml stays as it is
+  2  changes: the plan has moves or deferred moves, or updates placement.yaml
+  1  error: bad arguments (usage errors too, unlike other commands), invalid
+     cluster folder, unreadable snapshot or history, a snapshot of another cluster
+
+Without --snapshot the hosts are observed live through libvirt; a host that does not answer
+is shown as unknown and nothing moves to or from it. Unsatisfiable items alone do not make
+a change: they are printed, and the exit code stays 0.
+"""
+
+PLACE_EPILOG = """\
+exit codes:
+  0  a host fits; it is printed
+  2  no host fits; every candidate is printed with why it does not fit
+  1  error: bad arguments (usage errors too), invalid cluster folder, unreadable snapshot,
+     a snapshot of another cluster
+"""
+
+
+def _usage_errors_exit_1(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` exit 1 on usage errors, unrecognized arguments included.
+
+    argparse exits 2, which ``plan`` uses for "changes" and ``place`` for "no host fits": a
+    typo in a script must not read as either.
+    """
+    parse_known_args = parser.parse_known_args
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        parser.exit(EXIT_ERROR, f"{parser.prog}: error: {message}\n")
+
+    def strict_parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = parse_known_args(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    parser.error = error  # type: ignore[method-assign]
+    parser.parse_known_args = strict_parse_known_args  # type: ignore[method-assign,assignment]
+
+
+def _aware_datetime(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time; write e.g. 2025-03-01T12:00:00Z"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no time zone; add one, e.g. 2025-03-01T12:00:00Z"
+        )
+    return value
+
+
+def _add_state_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        metavar="PATH",
+        help="cluster folder (default: cluster-state/, or .lab/cluster-state when a lab is up)",
+    )
+    p.add_argument(
+        "--snapshot",
+        type=Path,
+        metavar="FILE",
+        help="work offline from a saved snapshot (observe --format json) instead of observing",
+    )
+
 
 def _add_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("plan", help="compute the migrations that reach the desired state")
+    p = sub.add_parser(
+        "plan",
+        help="compute the migrations that reach the desired state",
+        description="Compute the migrations that bring the cluster to its desired state,\n"
+        "with the reason for each, and print them. Changes nothing.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_state_arguments(p)
+    p.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="past moves and imbalance rounds (History as JSON or YAML); default: none",
+    )
+    p.add_argument(
+        "--format",
+        choices=PLAN_FORMATS,
+        default="table",
+        help="table for people (default), json: the whole plan, patch: an RFC 6902 JSON Patch "
+        "of the Placement document",
+    )
+    p.add_argument(
+        "--now",
+        type=_aware_datetime,
+        metavar="ISO8601",
+        help="the time to plan at, with a time zone (default: now, UTC); decides cooldowns",
+    )
+    _usage_errors_exit_1(p)
     p.set_defaults(handler=_run_plan)
 
 
+def _check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: str) -> None:
+    """The snapshot must be of the folder's cluster and know only its hosts."""
+    name = desired.cluster.metadata.name
+    if snapshot.cluster != name:
+        raise ConfigError(
+            f"{source} is a snapshot of cluster {snapshot.cluster!r}, but the folder describes "
+            f"cluster {name!r}",
+            hint="pass the snapshot of this cluster, or the folder of the snapshot's cluster",
+        )
+    hosts = {h.name for h in desired.cluster.spec.hosts}
+    unknown = sorted(
+        {h.name for h in snapshot.hosts if h.name not in hosts}
+        | {v.host for v in snapshot.vms if v.host not in hosts}
+    )
+    if unknown:
+        raise ConfigError(
+            f"{source} has hosts that are not in cluster {name!r}: {', '.join(unknown)}",
+            hint="add them to the Cluster document, or take a new snapshot of this cluster",
+        )
+
+
+def _observe_live(desired: DesiredState) -> Snapshot:
+    try:
+        # imported here: libvirt is needed only when observing live
+        from reconciler.adapters import libvirt_observer
+    except ImportError as err:
+        raise TerminalError(
+            f"observing the hosts needs the libvirt Python bindings: {err}",
+            hint="pip install libvirt-python, or plan offline with --snapshot FILE",
+        ) from err
+    return libvirt_observer.observe_cluster(desired.cluster)
+
+
+def _desired_and_snapshot(args: argparse.Namespace) -> tuple[DesiredState, Snapshot]:
+    desired = config.load_desired(_cluster_folder(args.path))
+    if args.snapshot is not None:
+        snapshot = snapshot_file.load_snapshot(args.snapshot)
+        source = f"snapshot {args.snapshot}"
+    else:
+        snapshot = _observe_live(desired)
+        source = "the observed snapshot"
+    _check_snapshot_matches(desired, snapshot, source)
+    return desired, snapshot
+
+
+def _load_history(path: Path | None) -> History:
+    if path is None:
+        return History()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read history {path}: {err.strerror}", hint="check the --history path"
+        ) from err
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            f"history {path} is not JSON or YAML: {err}", hint="fix or regenerate the file"
+        ) from err
+    try:
+        return History.model_validate(data or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise ConfigError(
+            f"history {path} is not a History: {where}: {first['msg']}",
+            hint="a History has 'moves' (vm, source, target, at) and 'imbalanceRounds'",
+        ) from err
+
+
 def _run_plan(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    desired, snapshot = _desired_and_snapshot(args)
+    history = _load_history(args.history)
+    now: datetime = args.now or datetime.now(UTC)
+    result = planner.plan(desired, snapshot, history, now=now)
+    if args.format == "json":
+        print(plan_json.plan_json(result), end="")
+    elif args.format == "patch":
+        print(plan_patch.plan_patch(desired.placement, result), end="")
+    else:
+        print(plan_table.plan_table(result, desired.placement.spec.vms), end="")
+    changed = result.has_changes or plan_patch.plan_patch_ops(desired.placement, result)
+    return EXIT_CHANGES if changed else EXIT_OK
 
 
 def _add_place(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("place", help="the best host for a new VM under the same rules")
+    p = sub.add_parser(
+        "place",
+        help="the best host for a new VM under the same rules",
+        description="Answer where a new VM would go under the cluster's rules and policy,\n"
+        "without changing anything.",
+        epilog=PLACE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--vcpus", type=_positive_int, required=True, help="vCPUs of the new VM")
+    p.add_argument(
+        "--memory", type=_size, required=True, help="memory of the new VM, e.g. 4GiB or 512MiB"
+    )
+    p.add_argument(
+        "--labels",
+        nargs="+",
+        type=_label,
+        default=[],
+        metavar="KEY=VALUE",
+        help="labels of the new VM, as rules select them",
+    )
+    p.add_argument("--name", default="new-vm", help="name of the new VM, as rules select it")
+    _add_state_arguments(p)
+    p.add_argument("--format", choices=PLACE_FORMATS, default="table")
+    p.add_argument(
+        "--now",
+        type=_aware_datetime,
+        metavar="ISO8601",
+        help="the time to place at, with a time zone (default: now, UTC)",
+    )
+    _usage_errors_exit_1(p)
     p.set_defaults(handler=_run_place)
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label; write key=value")
+    return key, value
+
+
 def _run_place(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    desired, snapshot = _desired_and_snapshot(args)
+    now: datetime = args.now or datetime.now(UTC)
+    result = placer.place(
+        desired,
+        snapshot,
+        vcpus=args.vcpus,
+        memory=args.memory,
+        labels=dict(args.labels),
+        name=args.name,
+        now=now,
+    )
+    if args.format == "json":
+        print(plan_json.place_json(result), end="")
+    else:
+        print(plan_table.place_table(result), end="")
+    return EXIT_OK if result.host is not None else EXIT_NO_FIT
 
 
 # --- entry point ----------------------------------------------------------------------------
