@@ -1,30 +1,44 @@
 """Balance moves within one CPU architecture: lower the score spread with few, small moves.
 
-Greedy: at each step, among moves from the most loaded hosts to the least loaded ones, take
-the feasible move with the best spread reduction per cost (cost = 1 per migration + memory
-moved / 32GiB + 1 per preferred rule broken - 0.5 per preferred rule repaired), ties broken
-by smaller memory, then VM name, then host name. Stop when the spread is within the
-threshold, when no move lowers it by at least ``margin``, or after ``max_moves``.
-Every step lowers the spread strictly, so a VM never moves back and forth within a plan,
-and a plan made on the predicted end state finds nothing to do.
+The spread is max minus min host score. A balance move takes a VM from a more loaded host to
+a less loaded one and must
+
+- narrow the gap between its source and target scores by at least ``margin`` points,
+- leave the architecture's spread no higher than before, and
+- be feasible (capacity, hostLimit, required rules) in the state left by the moves before it.
+
+On a small cluster every such move lowers the spread itself; on a large one, where many hosts
+sit near the maximum, one move cannot lower the spread alone, so moves that even out the
+hottest and coolest hosts are taken until the spread drops. Greedy: at each step, among moves
+from the most loaded hosts to the least loaded ones, the best spread reduction per cost wins
+(cost = 1 per migration + memory moved / 32GiB + 1 per preferred rule broken - 0.5 per
+preferred rule repaired), then the best reduction of squared score deviations per cost, then
+smaller memory, VM name and host name. Stop when the spread is within the threshold, when no
+move qualifies, or after ``max_moves``. A VM moves at most once per plan.
+
+Each move strictly lowers the sum of squared score deviations of its two hosts, so the search
+ends, a VM never moves back within a plan, and planning again on the predicted end state
+(moved VMs in cooldown) finds nothing to do.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from reconciler.core.capacity import SATURATED
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
 from reconciler.core.steps import Step
 from reconciler.model.plan import Reason
 
-SOURCES = 3
+SOURCES = 1
 """Most loaded hosts whose VMs are considered first."""
-TARGETS = 8
+TARGETS = 4
 """Least loaded hosts considered first as targets."""
-WIDE_SOURCES = 32
-"""Hosts considered (as sources and targets) when the narrow search finds nothing."""
+WIDE = 16
+"""Sources and targets considered when the narrow search finds nothing."""
 GIB_PER_COST = 32 * 1024**3
 
 
@@ -53,81 +67,137 @@ def plan_balance(
     if len(hosts) < 2:
         return steps
     scores = {h: state.score(h) for h in hosts}
+    order = sorted((scores[h], model.hosts[h].name, h) for h in hosts)
+    total = sum(scores.values())
     moved: set[int] = set()
     need = max(settings.margin, EPSILON)
     for _ in range(settings.max_moves):
-        order = sorted(hosts, key=lambda h: (scores[h], model.hosts[h].name))
-        spread = scores[order[-1]] - scores[order[0]]
+        spread = order[-1][0] - order[0][0]
         if spread <= settings.threshold + EPSILON:
             break
-        found = None
-        for n_src, n_tgt in ((SOURCES, TARGETS), (WIDE_SOURCES, len(order))):
-            found = _best_move(state, order, scores, spread, need, eligible, moved, n_src, n_tgt)
-            if found is not None:
-                break
+        mean = total / len(order)
+        search = _Search(state, order, scores, mean, spread, need, eligible, moved)
+        found = search.run(SOURCES, TARGETS) or search.run(WIDE, WIDE)
         if found is None:
             break
         v, t, new_spread = found
         s = state.host_of[v]
-        vm = model.vms[v]
         detail = (
             f"{arch} score spread {spread:.1f} is over threshold {settings.threshold:g}: "
             f"{model.hosts[s].name} scores {scores[s]:.1f} and {model.hosts[t].name} "
-            f"{scores[t]:.1f}; moving {vm.name} lowers the spread to {new_spread:.1f}."
+            f"{scores[t]:.1f}; moving {model.vms[v].name} brings the spread to {new_spread:.1f}."
         )
         steps.append(Step(v, s, t, Reason.BALANCE, None, detail, False))
         state.move(v, t)
         moved.add(v)
-        scores[s] = state.score(s)
-        scores[t] = state.score(t)
+        for h in (s, t):
+            entry = (scores[h], model.hosts[h].name, h)
+            del order[bisect_left(order, entry)]
+            total -= scores[h]
+            scores[h] = state.score(h)
+            total += scores[h]
+            insort(order, (scores[h], model.hosts[h].name, h))
     return steps
 
 
-def _best_move(
-    state: State,
-    order: list[int],
-    scores: dict[int, float],
-    spread: float,
-    need: float,
-    eligible: Callable[[int], bool],
-    moved: set[int],
-    n_src: int,
-    n_tgt: int,
-) -> tuple[int, int, float] | None:
-    model = state.model
-    sources = order[::-1][:n_src]
-    targets = order[:n_tgt]
-    top = order[::-1][:3]
-    bottom = order[:3]
-    best_key: tuple[float, int, str, str] | None = None
-    best: tuple[int, int, float] | None = None
-    for s in sources:
-        for v in sorted(state.vms_on[s]):
-            if v in moved or not eligible(v):
-                continue
-            vm = model.vms[v]
-            s_after = state.score_with(s, v, -1)
-            base_cost = 1.0 + vm.memory / GIB_PER_COST
-            for t in targets:
-                if t == s:
+class _Search:
+    """One greedy step: the best qualifying move among the hottest and coolest hosts."""
+
+    def __init__(
+        self,
+        state: State,
+        order: list[tuple[float, str, int]],
+        scores: dict[int, float],
+        mean: float,
+        spread: float,
+        need: float,
+        eligible: Callable[[int], bool],
+        moved: set[int],
+    ) -> None:
+        self.state = state
+        self.order = order
+        self.scores = scores
+        self.spread = spread
+        self.need = need
+        self.eligible = eligible
+        self.moved = moved
+        self.mean = mean
+
+    def run(self, n_src: int, n_tgt: int) -> tuple[int, int, float] | None:
+        state, order = self.state, self.order
+        model = state.model
+        w = model.weights
+        hosts = model.hosts
+        sources = order[::-1][:n_src]
+        targets = order[:n_tgt]
+        top = [e[2] for e in order[::-1][:3]]
+        bottom = [e[2] for e in order[:3]]
+        mean = self.mean
+        scores = self.scores
+        best_key: tuple[float, float, int, str, str] | None = None
+        best: tuple[int, int, float] | None = None
+        for s_score, _, s in sources:
+            hi_rest = [x for x in top if x != s]
+            lo_rest = [x for x in bottom if x != s]
+            for v in sorted(state.vms_on[s]):
+                if v in self.moved or not self.eligible(v):
                     continue
-                hi = next(scores[h] for h in top if h not in (s, t)) if len(order) > 2 else None
-                lo = next(scores[h] for h in bottom if h not in (s, t)) if len(order) > 2 else None
-                t_after = state.score_with(t, v, 1)
-                new_hi = max(s_after, t_after) if hi is None else max(hi, s_after, t_after)
-                new_lo = min(s_after, t_after) if lo is None else min(lo, s_after, t_after)
-                new_spread = new_hi - new_lo
-                reduction = spread - new_spread
-                if reduction < need - EPSILON:
-                    continue
-                key = (-reduction / base_cost, vm.memory, vm.name, model.hosts[t].name)
-                if best_key is not None and key >= best_key:
-                    continue
-                if check_move(state, v, t) is not None:
-                    continue
-                breaks, repairs = preferred_delta(state, v, t)
-                cost = max(0.25, base_cost + breaks - 0.5 * repairs)
-                key = (-reduction / cost, vm.memory, vm.name, model.hosts[t].name)
-                if best_key is None or key < best_key:
-                    best_key, best = key, (v, t, new_spread)
-    return best
+                vm = model.vms[v]
+                s_after = state.score_with(s, v, -1)
+                base_cost = 1.0 + vm.memory / GIB_PER_COST
+                for t_score, t_name, t in targets:
+                    if t_score >= s_score - self.need:
+                        break
+                    host = hosts[t]
+                    if host.cpu_den > 0 and host.usable_memory > 0:
+                        t_after = (
+                            w.cpu * 100.0 * (state.cpu_load[t] + vm.cpu_load) / host.cpu_den
+                            + w.memory
+                            * 100.0
+                            * (state.mem_load[t] + vm.mem_load)
+                            / host.usable_memory
+                        )
+                    else:
+                        t_after = SATURATED
+                    if (s_score - t_score) - abs(s_after - t_after) < self.need - EPSILON:
+                        continue
+                    hi = max(s_after, t_after)
+                    lo = min(s_after, t_after)
+                    for x in hi_rest:
+                        if x != t:
+                            hi = max(hi, scores[x])
+                            break
+                    for x in lo_rest:
+                        if x != t:
+                            lo = min(lo, scores[x])
+                            break
+                    new_spread = hi - lo
+                    gain = self.spread - new_spread
+                    if gain < -EPSILON:
+                        continue
+                    dev = (
+                        (s_score - mean) ** 2
+                        + (t_score - mean) ** 2
+                        - (s_after - mean) ** 2
+                        - (t_after - mean) ** 2
+                    )
+                    if dev <= EPSILON:
+                        continue
+                    key = (
+                        -round(gain / base_cost, 3),
+                        -dev / base_cost,
+                        vm.memory,
+                        vm.name,
+                        t_name,
+                    )
+                    if best_key is not None and key >= best_key:
+                        continue
+                    if check_move(state, v, t) is not None:
+                        continue
+                    breaks, repairs = preferred_delta(state, v, t)
+                    if breaks or repairs:
+                        cost = max(0.25, base_cost + breaks - 0.5 * repairs)
+                        key = (-round(gain / cost, 3), -dev / cost, vm.memory, vm.name, t_name)
+                    if best_key is None or key < best_key:
+                        best_key, best = key, (v, t, new_spread)
+        return best

@@ -102,8 +102,10 @@ def _balance_movable(
     """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling or young."""
     spec = desired.policy.spec
     seen: dict[str, VmState] = {}
-    for vm in sorted(snapshot.vms, key=lambda v: (v.name, v.host)):
-        seen.setdefault(vm.name, vm)
+    for vm in snapshot.vms:  # the first sighting in (name, host) order, as in the model
+        other = seen.get(vm.name)
+        if other is None or vm.host < other.host:
+            seen[vm.name] = vm
     last: dict[str, datetime] = {}
     for rec in history.moves:
         if rec.vm not in last or rec.at > last[rec.vm]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from reconciler.core.capacity import HostInfo, VmInfo
-from reconciler.core.selectors import matches, selected
+from reconciler.core.selectors import Index, matches
 from reconciler.model.plan import Reason
 from reconciler.model.rules import (
     AffinityRule,
@@ -184,8 +184,9 @@ def compile_rules(
 ) -> CompiledRules:
     """Index sets of every rule over ``hosts`` and ``vms`` (shadow sightings are no members)."""
     ordered = sorted(rules, key=lambda r: (r.name, r.type))
-    vm_items = [(v.index, v.name, v.labels) for v in vms if not v.shadow]
-    host_items = [(h.index, h.name, h.labels) for h in hosts]
+    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow])
+    host_items = Index([(h.index, h.name, h.labels) for h in hosts])
+    cache: dict[object, object] = {}
     host_rules: list[list[HostRule]] = [[] for _ in vms]
     vm_groups: list[list[int]] = [[] for _ in vms]
     vm_budgets: list[list[int]] = [[] for _ in vms]
@@ -194,13 +195,13 @@ def compile_rules(
     excluded: dict[int, str] = {}
     pinned: dict[int, str] = {}
     for rule in ordered:
-        members = sorted(selected(rule.vms, vm_items))
+        members = sorted(vm_items.select(rule.vms))
         if isinstance(rule, PinRule | HostAffinityRule | HostAntiAffinityRule):
             hr = HostRule(
                 name=rule.name,
                 kind=rule.type,
                 required=_required(rule),
-                hosts=selected(rule.hosts, host_items),
+                hosts=host_items.select(rule.hosts),
                 allow=not isinstance(rule, HostAntiAffinityRule),
             )
             for m in members:
@@ -215,7 +216,7 @@ def compile_rules(
                 vm_budgets[m].append(len(budgets))
             budgets.append(Budget(rule.name, rule.max_concurrent, frozenset(members)))
         else:
-            groups.append(_group(len(groups), rule, members, hosts, host_rules))
+            groups.append(_group(len(groups), rule, members, hosts, host_rules, cache))
             for m in members:
                 vm_groups[m].append(groups[-1].index)
     return CompiledRules(
@@ -235,38 +236,48 @@ def _group(
     members: list[int],
     hosts: Sequence[HostInfo],
     host_rules: list[list[HostRule]],
+    cache: dict[object, object],
 ) -> GroupRule:
     key = None if isinstance(rule, AffinityRule) else rule.topology_key
-    domains: list[str | None] = []
-    for h in hosts:
-        if key is None:
-            domains.append(h.name)
-        elif key in h.labels:
-            domains.append(f"{key}={h.labels[key]}")
-        elif isinstance(rule, SpreadRule):
-            domains.append(None)  # hosts without the label take no part in a spread
-        else:
-            domains.append(f"host={h.name}")  # without the label a host is its own domain
+    spread = isinstance(rule, SpreadRule)
+    domains = cache.get(("domains", key, spread))
+    if not isinstance(domains, tuple):
+        domains = tuple(_domain(h, key, spread) for h in hosts)
+        cache["domains", key, spread] = domains
     # Members share few distinct sets of required host rules: check each set once per host.
-    signatures = {tuple(r for r in host_rules[m] if r.required) for m in members} or {()}
-    eligible: set[str] = set()
-    for h in hosts:
-        d = domains[h.index]
-        if d is None or not h.accepts or d in eligible:
-            continue
-        if any(all(r.permits(h.index) for r in sig) for sig in signatures):
-            eligible.add(d)
+    signatures = frozenset(tuple(r for r in host_rules[m] if r.required) for m in members)
+    eligible = cache.get(("eligible", key, spread, signatures))
+    if not isinstance(eligible, frozenset):
+        sigs = signatures or frozenset({()})
+        found: set[str] = set()
+        for h in hosts:
+            d = domains[h.index]
+            if d is None or not h.accepts or d in found:
+                continue
+            if any(all(r.permits(h.index) for r in sig) for sig in sigs):
+                found.add(d)
+        eligible = frozenset(found)
+        cache["eligible", key, spread, signatures] = eligible
     return GroupRule(
         index=index,
         name=rule.name,
         kind=rule.type,
         required=_required(rule),
         members=tuple(members),
-        domains=tuple(domains),
-        eligible=frozenset(eligible),
+        domains=domains,
+        eligible=eligible,
         max_skew=rule.max_skew if isinstance(rule, SpreadRule) else 1,
         topology_key=key,
     )
+
+
+def _domain(h: HostInfo, key: str | None, spread: bool) -> str | None:
+    if key is None:
+        return h.name
+    if key in h.labels:
+        return f"{key}={h.labels[key]}"
+    # Without the label a host takes no part in a spread, and is its own anti-affinity domain.
+    return None if spread else f"host={h.name}"
 
 
 def new_counts(group: GroupRule, host_of: Sequence[int]) -> DomainCounts:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from reconciler.model.rules import Selector
+
+_GLOB_CHARS = frozenset("*?[")
 
 
 def matches(selector: Selector, name: str, labels: Mapping[str, str]) -> bool:
@@ -19,8 +22,53 @@ def matches(selector: Selector, name: str, labels: Mapping[str, str]) -> bool:
     return selector.labels is None or all(labels.get(k) == v for k, v in selector.labels.items())
 
 
-def selected(
-    selector: Selector, items: Iterable[tuple[int, str, Mapping[str, str]]]
-) -> frozenset[int]:
-    """Indices of the ``(index, name, labels)`` items the selector matches."""
-    return frozenset(i for i, name, labels in items if matches(selector, name, labels))
+class Index:
+    """Selects among many named, labelled items without scanning them for every selector.
+
+    Plain names are looked up, labels intersect per-label sets, and a glob only scans the
+    names that share its literal prefix. The result equals filtering with :func:`matches`.
+    """
+
+    def __init__(self, items: Sequence[tuple[int, str, Mapping[str, str]]]) -> None:
+        self._by_name: dict[str, list[int]] = {}
+        self._by_label: dict[tuple[str, str], set[int]] = {}
+        for i, name, labels in items:
+            self._by_name.setdefault(name, []).append(i)
+            for kv in labels.items():
+                self._by_label.setdefault(kv, set()).add(i)
+        self._names = sorted(self._by_name)
+        self._all = frozenset(i for i, _, _ in items)
+        self._globs: dict[str, frozenset[int]] = {}
+
+    def _glob(self, pattern: str) -> frozenset[int]:
+        cached = self._globs.get(pattern)
+        if cached is not None:
+            return cached
+        cut = next((k for k, c in enumerate(pattern) if c in _GLOB_CHARS), len(pattern))
+        prefix = pattern[:cut]
+        found: set[int] = set()
+        for k in range(bisect_left(self._names, prefix), len(self._names)):
+            name = self._names[k]
+            if not name.startswith(prefix):
+                break
+            if fnmatchcase(name, pattern):
+                found.update(self._by_name[name])
+        result = frozenset(found)
+        self._globs[pattern] = result
+        return result
+
+    def select(self, selector: Selector) -> frozenset[int]:
+        result: set[int] | frozenset[int] | None = None
+        if selector.names is not None:
+            named: set[int] = set()
+            for p in selector.names:
+                if _GLOB_CHARS.isdisjoint(p):
+                    named.update(self._by_name.get(p, ()))
+                else:
+                    named |= self._glob(p)
+            result = named
+        if selector.labels is not None:
+            for kv in sorted(selector.labels.items()):
+                having = self._by_label.get(kv, set())
+                result = having if result is None else result & having
+        return frozenset(self._all if result is None else result)
