@@ -1,8 +1,10 @@
 """The composition root: parses arguments, builds adapters, calls engine or core, prints.
 
 The only module that prints or picks exit codes. Exit codes: 0 success, 1 error (bad input,
-failed validation, unreachable world), 2 usage error; ``plan`` follows
-``terraform plan -detailed-exitcode``: 0 no changes, 2 changes, 1 error.
+failed validation, unreachable world), 2 usage error. ``plan`` and ``place`` answer a question
+with their exit code, so there 2 is an answer and usage errors exit 1 instead: ``plan`` follows
+``terraform plan -detailed-exitcode`` (0 no changes, 2 changes, 1 error), ``place`` exits 0
+when a host fits, 2 when none does, 1 on error.
 """
 
 from __future__ import annotations
