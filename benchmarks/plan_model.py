@@ -18,6 +18,9 @@ Semantics (from the BalancePolicy contract):
 from __future__ import annotations
 
 import fnmatch
+import os
+import platform
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +43,25 @@ GIB = 1024**3
 EPS = 1e-6
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+def revision() -> str:
+    """The commit measured, whether reconciler/core has uncommitted changes, and the machine."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "reconciler/core"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head, dirty = "unknown", ""
+    cores = os.cpu_count() or 0
+    extra = " (reconciler/core has uncommitted changes)" if dirty else ""
+    return f"commit {head}{extra}; Python {platform.python_version()}; {cores} cores"
 
 
 def _matches(sel: Selector, name: str, labels: dict[str, str]) -> bool:

@@ -28,7 +28,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -36,7 +36,7 @@ import numpy as np
 import plan_baselines
 import plan_milp
 from plan_generate import Case, GenParams, generate
-from plan_model import EPS, Instance, IntArray, Outcome, build_instance, judge
+from plan_model import EPS, Instance, IntArray, Outcome, build_instance, judge, revision
 
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -72,6 +72,7 @@ class PlannerRun:
     score_gap: float  # largest |planner score_before - benchmark score| over hosts
     reported_spread: float  # the planner's own largest spread after
     placement_mismatch: int
+    assign: IntArray
     unsatisfiable: list[str] = field(default_factory=list)
     error: str = ""
 
@@ -87,7 +88,8 @@ def run_planner(plan_fn: PlanFn, case: Case, inst: Instance) -> PlannerRun:
     except Exception as exc:  # a crash is a result of the benchmark, not its end
         seconds = time.perf_counter() - t0
         out = judge(inst, "planner", inst.home.copy(), seconds, note="crashed")
-        return PlannerRun(out, float("nan"), float("nan"), 0, error=f"{type(exc).__name__}: {exc}")
+        err = f"{type(exc).__name__}: {exc}"
+        return PlannerRun(out, float("nan"), float("nan"), 0, inst.home.copy(), error=err)
     seconds = time.perf_counter() - t0
 
     index = {n: i for i, n in enumerate(inst.host_names)}
@@ -129,6 +131,7 @@ def run_planner(plan_fn: PlanFn, case: Case, inst: Instance) -> PlannerRun:
         score_gap=max(gaps, default=float("nan")),
         reported_spread=max((s.after for s in plan.spreads), default=0.0),
         placement_mismatch=mismatch,
+        assign=assign,
         unsatisfiable=[f"{u.code}: {u.message}" for u in plan.unsatisfiable],
     )
 
@@ -326,7 +329,88 @@ def summarise(results: list[CaseResult]) -> bool:
         )
     ok = t1 and t2 and t3
     print(f"RESULT: {'PASS' if ok else 'FAIL'}")
+    diag = [
+        (r, p)
+        for r, p in runs
+        if r.optimum is not None
+        and (p.outcome.moves > r.optimum.moves or not p.outcome.reaches(r.inst.threshold))
+    ]
+    if diag:
+        print()
+        print("Diagnosis of the cases above, from the planner's end state (benchmark's model):")
+        print(
+            "  best1 = most any single feasible move lowers the worst spread (any VM / VMs the "
+            "planner did not move); tie = gap between the two highest and the two lowest "
+            "scores of that architecture; more = fewest further moves that reach the threshold "
+            "(MILP); margin = the policy's margin"
+        )
+        for r, p in diag:
+            print("  " + diagnose(r, p))
     return ok
+
+
+def best_single_move(inst: Instance, assign: IntArray, exclude: set[int]) -> tuple[float, str]:
+    """Largest drop of the worst architecture's spread by one feasible move from ``assign``."""
+    spreads = inst.spreads(assign)
+    arch = max(spreads, key=lambda a: spreads[a])
+    hosts = inst.arches()[arch]
+    coef = inst.score_coef()
+    _, _, score = inst.scores(assign)
+    sums = inst.sums(assign)
+    best, what = 0.0, "-"
+    for v in range(inst.n_vms):
+        src = int(assign[v])
+        if v in exclude or src not in hosts or not inst.movable[v]:
+            continue
+        for dst in inst.allowed[v]:
+            if dst == src:
+                continue
+            new = tuple(
+                float(a[dst] + b[v])
+                for a, b in zip(sums, (inst.cpu, inst.mem, inst.vcpus, inst.mem_max), strict=True)
+            )
+            if not inst.host_fits(new, dst):
+                continue
+            trial = assign.copy()
+            trial[v] = dst
+            if inst.rule_violations(trial):
+                continue
+            s = score[hosts].copy()
+            s[hosts.index(src)] -= coef[v, src]
+            s[hosts.index(dst)] += coef[v, dst]
+            drop = spreads[arch] - float(s.max() - s.min())
+            if drop > best:
+                best = drop
+                what = f"{inst.vm_names[v]}->{inst.host_names[dst]}"
+    return best, what
+
+
+def diagnose(r: CaseResult, p: PlannerRun) -> str:
+    inst = r.inst
+    o = p.outcome
+    end = p.assign
+    moved = {int(v) for v in np.flatnonzero(end != inst.home)}
+    any_drop, any_what = best_single_move(inst, end, set())
+    new_drop, _ = best_single_move(inst, end, moved)
+    spreads = inst.spreads(end)
+    arch = max(spreads, key=lambda a: spreads[a])
+    _, _, score = inst.scores(end)
+    s = np.sort(score[inst.arches()[arch]])
+    tie_hi = float(s[-1] - s[-2]) if len(s) > 1 else 0.0
+    tie_lo = float(s[1] - s[0]) if len(s) > 1 else 0.0
+    more = "-"
+    if not o.reaches(inst.threshold):
+        again = plan_milp.solve(replace(inst, home=end.copy()), threshold=inst.threshold)
+        found = again.assign
+        more = "none reach" if found is None else str(int((found != end).sum()))
+    margin = r.case.desired.policy.spec.margin
+    opt = r.optimum
+    return (
+        f"{r.case.name}: moves {o.moves} (opt {opt.moves if opt else '-'}), GiB {o.gib:.1f} "
+        f"(opt {opt.gib if opt else float('nan'):.1f}), {arch} spread {spreads[arch]:.1f}; "
+        f"best1 {any_drop:.2f} ({any_what}) / {new_drop:.2f}; "
+        f"tie {tie_hi:.2f}/{tie_lo:.2f}; more {more}; margin {margin:g}"
+    )
 
 
 def main() -> int:
@@ -336,6 +420,7 @@ def main() -> int:
     ap.add_argument("--no-planner", action="store_true", help="optimum and baselines only")
     args = ap.parse_args()
     plan_fn = None if args.no_planner else load_planner()
+    print(revision())
     results = [run_case(generate(p), plan_fn) for p in case_params(args.seeds, args.threshold)]
     print_cases(results)
     ok = summarise(results)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from plan_generate import Case, GenParams, generate
+from plan_model import revision
 
 from reconciler.model.plan import Plan
 
@@ -121,6 +122,7 @@ def main() -> int:
         profile(args.profile, args.vms_per_host, args.seed, args.top)
         return 0
 
+    print(revision())
     head = (
         f"{'hosts':>6} {'VMs':>7} {'median s':>9} {'best s':>8} {'peak MiB':>9} "
         f"{'rss MiB':>8} {'input MiB':>9} {'moves':>6} {'deferred':>8} {'spread':>13}"
