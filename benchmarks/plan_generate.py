@@ -230,7 +230,7 @@ def _anti_affinity(
     for i, vm in enumerate(vms):
         by_host.setdefault(vm.host, []).append(i)
     for g in range(groups):
-        over_rack = g % 3 == 2 and len({h.rack for h in hosts}) >= 2
+        over_rack = g % 3 == 1 and len({h.rack for h in hosts}) >= 2
         size = rng.choice((2, 2, 3))
         domains: dict[str, list[int]] = {}
         for hi, h in enumerate(hosts):
