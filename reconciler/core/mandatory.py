@@ -123,17 +123,36 @@ class _Planner:
 
     def relocate(self, v: int, reason: Reason, rule: str | None, why: str) -> bool:
         """Move ``v`` to its best feasible host; report why not when none."""
+        refusals = self.try_relocate(v, reason, rule, why)
+        if refusals is None:
+            return True
+        self.problem(
+            Code.NO_FEASIBLE_HOST,
+            f"{why}, but no host can take {self.name(v)}: {summarise(refusals)}",
+            [v],
+            rule,
+        )
+        return False
+
+    def try_relocate(
+        self, v: int, reason: Reason, rule: str | None, why: str
+    ) -> list[Refusal] | None:
+        """Move ``v`` to its best feasible host and return None, else the refusals."""
         t, refusals = best_target(self.state, v, candidate_hosts(self.state, v))
         if t is None:
-            self.problem(
-                Code.NO_FEASIBLE_HOST,
-                f"{why}, but no host can take {self.name(v)}: {summarise(refusals)}",
-                [v],
-                rule,
-            )
-            return False
+            return refusals
         self.apply(v, t, reason, rule, f"{why}; {self.name(v)} moves to {self.host(t)}.")
-        return True
+        return None
+
+    def relocate_all(self, pending: list[tuple[int, Reason, str | None, str]]) -> None:
+        """Relocate each; retry those that did not fit while others make room, then report."""
+        while pending:
+            left = [p for p in pending if self.try_relocate(*p) is not None]
+            if len(left) == len(pending):
+                for p in left:
+                    self.relocate(*p)
+                return
+            pending = left
 
     # -- drift -------------------------------------------------------------------------------
 
@@ -182,6 +201,7 @@ class _Planner:
     # -- host rules ----------------------------------------------------------------------------
 
     def host_rules(self) -> None:
+        pending: list[tuple[int, Reason, str | None, str]] = []
         for vm in self.model.vms:
             v = vm.index
             s = self.state.host_of[v]
@@ -195,12 +215,14 @@ class _Planner:
                 if r.allow:
                     why = f"{kind} {r.name} does not allow {vm.name} on {self.host(s)}"
                 if not self.blocked(v, why, r.name):
-                    self.relocate(v, REASONS[r.kind], r.name, why)
+                    pending.append((v, REASONS[r.kind], r.name, why))
                 break
+        self.relocate_all(pending)
 
     # -- maintenance ---------------------------------------------------------------------------
 
     def maintenance(self) -> None:
+        pending: list[tuple[int, Reason, str | None, str]] = []
         for host in self.model.hosts:
             if not (host.maintenance and host.known):
                 continue
@@ -208,12 +230,11 @@ class _Planner:
                 (v for v in self.state.vms_on[host.index] if not self.model.vms[v].shadow),
                 key=lambda v: (-self.model.vms[v].memory, self.name(v)),
             )
+            why = f"{host.name} is in maintenance"
             for v in vms:
-                if self.state.host_of[v] != host.index:
-                    continue
-                why = f"{host.name} is in maintenance"
                 if not self.blocked(v, f"{why} and {self.name(v)} must leave it", None):
-                    self.relocate(v, Reason.MAINTENANCE, None, why)
+                    pending.append((v, Reason.MAINTENANCE, None, why))
+        self.relocate_all(pending)
 
     # -- group rules ---------------------------------------------------------------------------
 

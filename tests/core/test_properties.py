@@ -1,0 +1,165 @@
+"""Properties of plan() on random small clusters and rules."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.core.planner import plan
+from reconciler.model.history import History, MoveRecord
+from reconciler.model.plan import Plan, Reason
+from tests.core.builders import NOW, apply_moves, in_wave_order
+from tests.core.checks import broken_required_rules, host_overcommit, step
+from tests.core.strategies import Case, cases
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run(case: Case) -> Plan:
+    desired, snap, history = case
+    return plan(desired, snap, history, now=NOW)
+
+
+@SETTINGS
+@given(cases())
+def test_no_step_overcommits_or_breaks_a_satisfied_required_rule(case: Case) -> None:
+    desired, snap, _ = case
+    p = run(case)
+    state = snap
+    broken = broken_required_rules(desired, state)
+    for move in in_wave_order(p):
+        state = step(state, move)
+        assert host_overcommit(desired, state, move.target) is None, move
+        now_broken = broken_required_rules(desired, state)
+        assert now_broken <= broken, (move, now_broken - broken)
+        broken = now_broken
+
+
+@SETTINGS
+@given(cases())
+def test_batch_and_limits(case: Case) -> None:
+    desired, snap, _ = case
+    spec = desired.policy.spec
+    p = run(case)
+    assert len(p.moves) <= spec.batch
+    moved = [m.vm for m in p.moves + p.deferred]
+    assert len(moved) == len(set(moved)), "a VM moves at most once per plan"
+    reachable = {h.name for h in snap.hosts if h.reachable}
+    arch = {h.name: h.arch for h in snap.hosts}
+    maintenance = {h.name for h in desired.cluster.spec.hosts if h.maintenance}
+    for m in p.moves + p.deferred:
+        assert m.source in reachable
+        assert m.target in reachable
+        assert m.target not in maintenance
+        assert arch[m.source] == arch[m.target]
+    # waves respect cluster parallelism
+    for moves in (p.moves, p.deferred):
+        per_wave: dict[int, int] = {}
+        for m in moves:
+            per_wave[m.wave] = per_wave.get(m.wave, 0) + 1
+        assert all(n <= spec.parallel.cluster for n in per_wave.values())
+    # mandatory moves come before balance moves
+    reasons = [m.reason for m in p.moves + p.deferred]
+    if Reason.BALANCE in reasons:
+        first = reasons.index(Reason.BALANCE)
+        assert all(r is Reason.BALANCE for r in reasons[first:])
+
+
+@SETTINGS
+@given(cases())
+def test_nothing_cooling_young_pinned_or_unmigratable_moves_for_balance(case: Case) -> None:
+    desired, snap, history = case
+    spec = desired.policy.spec
+    p = run(case)
+    vms = {v.name: v for v in snap.vms}
+    recent = {r.vm for r in history.moves if NOW - r.at < spec.cooldown}
+    for m in p.moves + p.deferred:
+        v = vms[m.vm]
+        assert v.migratable
+        if m.reason is not Reason.BALANCE:
+            continue
+        assert m.vm not in recent
+        last = v.reconciler.last_moved_at
+        assert last is None or NOW - last >= spec.cooldown
+        assert v.uptime is None or timedelta(seconds=v.uptime) >= spec.min_uptime
+        assert m.vm not in ("vm2",) or not any(r.type == "pin" for r in desired.rules.spec.rules)
+        assert m.vm != "vm3" or not any(r.type == "exclude" for r in desired.rules.spec.rules)
+
+
+@SETTINGS
+@given(cases(), st.randoms(use_true_random=False))
+def test_shuffled_inputs_give_the_same_plan(case: Case, rnd: random.Random) -> None:
+    desired, snap, history = case
+
+    def shuffled(items: list[object]) -> list[object]:
+        out = list(items)
+        rnd.shuffle(out)
+        return out
+
+    d2 = desired.model_copy(
+        update={
+            "cluster": desired.cluster.model_copy(
+                update={
+                    "spec": desired.cluster.spec.model_copy(
+                        update={"hosts": shuffled(list(desired.cluster.spec.hosts))}
+                    )
+                }
+            ),
+            "rules": desired.rules.model_copy(
+                update={
+                    "spec": desired.rules.spec.model_copy(
+                        update={"rules": shuffled(list(desired.rules.spec.rules))}
+                    )
+                }
+            ),
+            "placement": desired.placement.model_copy(
+                update={
+                    "spec": desired.placement.spec.model_copy(
+                        update={
+                            "vms": dict(shuffled(list(desired.placement.spec.vms.items())))  # type: ignore[arg-type]
+                        }
+                    )
+                }
+            ),
+        }
+    )
+    s2 = snap.model_copy(
+        update={"hosts": shuffled(list(snap.hosts)), "vms": shuffled(list(snap.vms))}
+    )
+    h2 = history.model_copy(update={"moves": shuffled(list(history.moves))})
+    a = plan(desired, snap, history, now=NOW)
+    b = plan(d2, s2, h2, now=NOW)
+    assert a == b
+
+
+@SETTINGS
+@given(cases())
+def test_deterministic(case: Case) -> None:
+    assert run(case) == run(case)
+
+
+@SETTINGS
+@given(cases())
+def test_planning_again_on_the_end_state_gives_no_balance_moves(case: Case) -> None:
+    desired, snap, history = case
+    p = run(case)
+    moves = p.moves + p.deferred
+    end = apply_moves(snap, moves, at=NOW)
+    records = [MoveRecord(vm=m.vm, source=m.source, target=m.target, at=NOW) for m in moves]
+    history2 = History(moves=history.moves + records, imbalance_rounds=p.imbalance_rounds)
+    desired2 = desired.model_copy(
+        update={
+            "placement": desired.placement.model_copy(
+                update={"spec": desired.placement.spec.model_copy(update={"vms": p.placement})}
+            )
+        }
+    )
+    again = plan(desired2, end, history2, now=NOW)
+    # An imbalance still waiting out holdRounds may rightly start balancing next round.
+    waiting = any(s.rounds_over > 0 and not s.balancing for s in p.spreads)
+    mandatory = [m for m in again.moves + again.deferred if m.reason is not Reason.BALANCE]
+    if not mandatory and not waiting:
+        assert [m for m in again.moves + again.deferred if m.reason is Reason.BALANCE] == []
