@@ -112,6 +112,8 @@ class _Planner:
         if fixed is None:
             return False
         code, text = fixed
+        if rule is None and code is Code.EXCLUDED:
+            rule = self.model.rules.excluded.get(v)
         self.problem(code, f"{why}, but {text}", [v], rule)
         return True
 

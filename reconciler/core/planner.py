@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timedelta
-from typing import Any
 
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
 from reconciler.core.mandatory import fixed_reason, plan_mandatory
@@ -30,7 +29,9 @@ from reconciler.model.plan import ArchSpread, HostLoad, Move, Plan, Unsatisfiabl
 from reconciler.model.snapshot import Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
-"""Balance moves planned per round (moves plus deferred) are at most this many batches."""
+"""Balance moves planned per round (moves plus deferred): at most this many batches..."""
+MIN_BALANCE_MOVES = 50
+"""...but never fewer than this, so a small batch still sees where balancing leads."""
 
 
 def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: datetime) -> Plan:
@@ -45,7 +46,7 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
     spreads: list[ArchSpread] = []
     rounds: dict[str, int] = {}
-    max_balance = MAX_BALANCE_FACTOR * spec.batch
+    max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
     for arch, hosts in model.arches.items():
         spread_before = spread_of(before, hosts)
         over = spread_before > spec.threshold
@@ -180,20 +181,34 @@ def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
     return out
 
 
-def canonical_inputs(desired: DesiredState, snapshot: Snapshot, history: History) -> Any:
-    """The inputs as JSON data with every list whose order carries no meaning sorted."""
+def canonical_inputs(desired: DesiredState, snapshot: Snapshot, history: History) -> str:
+    """The inputs as canonical JSON text: every list whose order carries no meaning sorted.
+
+    Hosts, VMs, rules, in-flight entries and history records are sorted; mappings are written
+    with sorted keys except inside snapshot entries, which are dumped in model field order.
+    """
     d = desired.model_dump(mode="json", by_alias=True)
     d["cluster"]["spec"]["hosts"].sort(key=lambda h: h["name"])
     d["rules"]["spec"]["rules"].sort(key=lambda r: (r["name"], r["type"]))
-    s = snapshot.model_dump(mode="json", by_alias=True)
-    s["hosts"].sort(key=lambda h: h["name"])
-    s["vms"].sort(key=lambda v: (v["name"], v["host"]))
-    for f in s["inFlight"]:
-        f["hosts"].sort()
-    s["inFlight"].sort(key=lambda f: f["name"])
     h = history.model_dump(mode="json", by_alias=True)
     h["moves"].sort(key=lambda m: (m["at"], m["vm"], m["source"], m["target"], m["reason"]))
-    return {"desired": d, "snapshot": s, "history": h}
+    # The snapshot is the bulk: sort its lists, then let pydantic write it in one call.
+    snap = snapshot.model_copy(
+        update={
+            "hosts": sorted(snapshot.hosts, key=lambda x: x.name),
+            "vms": sorted(snapshot.vms, key=lambda v: (v.name, v.host, v.uuid)),
+            "in_flight": sorted(
+                (f.model_copy(update={"hosts": sorted(f.hosts)}) for f in snapshot.in_flight),
+                key=lambda f: (f.name, f.uuid),
+            ),
+        }
+    )
+    small = json.dumps({"desired": d, "history": h}, sort_keys=True, separators=(",", ":"))
+    return small + "\n" + snap.model_dump_json(by_alias=True)
+
+
+def _move_row(m: Move) -> list[object]:
+    return [m.vm, m.source, m.target, m.memory, m.vcpus, m.reason.value, m.rule, m.detail, m.wave]
 
 
 def plan_id(
@@ -212,11 +227,11 @@ def plan_id(
     (a cooldown or minUptime that expired), the decisions - also hashed - differ, and so does
     the id.
     """
-    doc = {
-        "inputs": canonical_inputs(desired, snapshot, history),
-        "moves": [m.model_dump(mode="json") for m in moves],
-        "deferred": [m.model_dump(mode="json") for m in deferred],
-        "unsatisfiable": [u.model_dump(mode="json") for u in unsatisfiable],
+    decisions = {
+        "moves": [_move_row(m) for m in moves],
+        "deferred": [_move_row(m) for m in deferred],
+        "unsatisfiable": [[u.code.value, u.rule, u.vms, u.message] for u in unsatisfiable],
     }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256(canonical_inputs(desired, snapshot, history).encode())
+    digest.update(json.dumps(decisions, separators=(",", ":")).encode())
+    return "sha256:" + digest.hexdigest()

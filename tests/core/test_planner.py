@@ -252,6 +252,7 @@ def test_excluded_vm_never_moves_but_counts_as_load() -> None:
     p = run(d, s)
     assert p.moves == []
     assert p.unsatisfiable[0].code is Code.EXCLUDED
+    assert p.unsatisfiable[0].rule == "lic"
     a = next(h for h in p.hosts if h.host == "a")
     assert a.memory_before > 0
     assert a.memory_after == a.memory_before
