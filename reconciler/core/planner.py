@@ -49,7 +49,9 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
     for arch, hosts in model.arches.items():
         spread_before = spread_of(before, hosts)
-        over = spread_before > spec.threshold
+        # Over when observed so, or when this plan's mandatory moves would make it so: the
+        # next round would otherwise balance what this one could have.
+        over = max(spread_before, spread_of(state, hosts)) > spec.threshold
         rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
         balancing = over and rounds[arch] >= spec.hold_rounds
         if balancing:

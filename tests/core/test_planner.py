@@ -463,3 +463,32 @@ def test_empty_cluster_gives_an_empty_plan() -> None:
     assert p.moves == []
     assert p.unsatisfiable == []
     assert p.hosts[0].known is False
+
+
+def test_imbalance_left_by_a_drain_is_balanced_in_the_same_plan() -> None:
+    # The drained VMs prefer b, so the drain fills b; observed, the cluster was balanced.
+    d = desired(
+        [host("a", maintenance=True), host("b"), host("c")],
+        rules=[
+            rule(
+                name="prefer-b",
+                type="hostAffinity",
+                vms={"names": ["v*"]},
+                hosts={"names": ["b"]},
+                enforcement="preferred",
+            )
+        ],
+        threshold=20,
+    )
+    s = snapshot(
+        [host_state("a"), host_state("b"), host_state("c")],
+        [vm(f"v{i}", "a", memory_gib=8, cpu_used=2) for i in range(3)]
+        + [vm(f"w{i}", "b", memory_gib=4, cpu_used=1) for i in range(3)],
+    )
+    p = run(d, s)
+    (sp,) = p.spreads
+    assert sp.before <= 20
+    assert sp.balancing
+    assert [m.target for m in p.moves + p.deferred if m.reason is Reason.MAINTENANCE] == ["b"] * 3
+    assert any(m.reason is Reason.BALANCE for m in p.moves + p.deferred)
+    assert sp.after <= 20
