@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
+from reconciler.core.selectors import matches
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import Selector
@@ -22,18 +23,7 @@ def is_glob(name: str) -> bool:
 
 def hosts_matching(selector: Selector, hosts: Iterable[Host]) -> list[Host]:
     """The hosts ``selector`` picks: every given field must match."""
-    out = []
-    for host in hosts:
-        if selector.names is not None and not any(
-            fnmatchcase(host.name, g) for g in selector.names
-        ):
-            continue
-        if selector.labels is not None and any(
-            host.labels.get(k) != v for k, v in selector.labels.items()
-        ):
-            continue
-        out.append(host)
-    return out
+    return [host for host in hosts if matches(selector, host.name, host.labels)]
 
 
 def known_vm_names(desired: DesiredState) -> set[str]:
