@@ -17,19 +17,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
-import yaml
-from pydantic import ValidationError
-
 from reconciler import __version__, config
-from reconciler.adapters import snapshot_file
+from reconciler.adapters import history_file, snapshot_file
 from reconciler.config import schemas
 from reconciler.core import placer, planner
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
+from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.quantity import parse_size
 from reconciler.model.snapshot import Snapshot
 from reconciler.report import plan_json, plan_patch, plan_table
+from reconciler.report.observe_table import observe_table
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -248,21 +247,35 @@ def _cluster_folder(path: Path | None) -> Path:
     return Path("cluster-state")
 
 
-def _run_observe(args: argparse.Namespace) -> int:
-    from reconciler.adapters import snapshot_file
-    from reconciler.errors import TerminalError
-    from reconciler.report.observe_table import observe_table
-
+def _observe(
+    cluster: Cluster,
+    *,
+    connect_timeout: float = 5,
+    call_timeout: float = 10,
+    sample_interval: float = 0.5,
+    shared_paths: Sequence[str] = (),
+) -> Snapshot:
+    """Observe ``cluster`` live; libvirt is imported here: validate and offline plans need none."""
     try:
         from reconciler.adapters import libvirt_observer
     except ImportError as err:
         raise TerminalError(
-            f"observe needs the libvirt Python bindings: {err}",
-            hint="pip install libvirt-python (needs libvirt-dev and pkg-config)",
+            f"observing the hosts needs the libvirt Python bindings: {err}",
+            hint="pip install libvirt-python (needs libvirt-dev and pkg-config), "
+            "or plan offline with --snapshot FILE",
         ) from err
+    return libvirt_observer.observe_cluster(
+        cluster,
+        connect_timeout=connect_timeout,
+        call_timeout=call_timeout,
+        sample_interval=sample_interval,
+        shared_paths=shared_paths,
+    )
 
+
+def _run_observe(args: argparse.Namespace) -> int:
     desired = config.load_desired(_cluster_folder(args.path))
-    snapshot = libvirt_observer.observe_cluster(
+    snapshot = _observe(
         desired.cluster,
         connect_timeout=args.connect_timeout,
         call_timeout=args.call_timeout,
@@ -417,57 +430,21 @@ def _check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: s
         )
 
 
-def _observe_live(desired: DesiredState) -> Snapshot:
-    try:
-        # imported here: libvirt is needed only when observing live
-        from reconciler.adapters import libvirt_observer
-    except ImportError as err:
-        raise TerminalError(
-            f"observing the hosts needs the libvirt Python bindings: {err}",
-            hint="pip install libvirt-python, or plan offline with --snapshot FILE",
-        ) from err
-    return libvirt_observer.observe_cluster(desired.cluster)
-
-
 def _desired_and_snapshot(args: argparse.Namespace) -> tuple[DesiredState, Snapshot]:
     desired = config.load_desired(_cluster_folder(args.path))
     if args.snapshot is not None:
         snapshot = snapshot_file.load_snapshot(args.snapshot)
         source = f"snapshot {args.snapshot}"
     else:
-        snapshot = _observe_live(desired)
+        snapshot = _observe(desired.cluster)
         source = "the observed snapshot"
     _check_snapshot_matches(desired, snapshot, source)
     return desired, snapshot
 
 
-def _load_history(path: Path | None) -> History:
-    if path is None:
-        return History()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(
-            f"cannot read history {path}: {err.strerror}", hint="check the --history path"
-        ) from err
-    except yaml.YAMLError as err:
-        raise ConfigError(
-            f"history {path} is not JSON or YAML: {err}", hint="fix or regenerate the file"
-        ) from err
-    try:
-        return History.model_validate(data or {})
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise ConfigError(
-            f"history {path} is not a History: {where}: {first['msg']}",
-            hint="a History has 'moves' (vm, source, target, at) and 'imbalanceRounds'",
-        ) from err
-
-
 def _run_plan(args: argparse.Namespace) -> int:
     desired, snapshot = _desired_and_snapshot(args)
-    history = _load_history(args.history)
+    history = History() if args.history is None else history_file.load_history(args.history)
     now: datetime = args.now or datetime.now(UTC)
     result = planner.plan(desired, snapshot, history, now=now)
     if args.format == "json":
