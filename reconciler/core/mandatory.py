@@ -3,8 +3,10 @@
 In this order: drift (revert), required host rules (pin, hostAffinity, hostAntiAffinity),
 maintenance drains, required group rules (antiAffinity, affinity, spread), hosts over
 ``hostLimit``. Every move is checked against the state left by the moves before it, so no
-intermediate state overcommits a host or breaks a required rule that held. What cannot be
-done is returned as :class:`~reconciler.model.plan.Unsatisfiable` data.
+intermediate state overcommits a host or breaks a required rule that held. A drift revert or
+relocation that is blocked is retried after the moves that follow it, until a round moves
+nothing; what cannot be done then is returned as :class:`~reconciler.model.plan.Unsatisfiable`
+data.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class _Planner:
         self.state = state
         self.model = state.model
         self.out = Mandatory()
+        self.waiting_drift: list[tuple[int, int, str]] = []
+        """Drift reverts refused so far: (VM, desired host, why), retried by :meth:`settle`."""
+        self.waiting: list[tuple[int, Reason, str | None, str]] = []
+        """Relocations that found no host so far, retried by :meth:`settle`."""
 
     def name(self, v: int) -> str:
         return self.model.vms[v].name
@@ -151,14 +157,65 @@ class _Planner:
         while pending:
             left = [p for p in pending if self.try_relocate(*p) is not None]
             if len(left) == len(pending):
-                for p in left:
-                    self.relocate(*p)
+                self.waiting.extend(left)
                 return
             pending = left
+
+    def try_drift(self, v: int, t: int, why: str) -> Refusal | None:
+        """Move ``v`` back to ``t`` and return None, else why it cannot go back now."""
+        refusal = check_move(self.state, v, t)
+        if refusal is None:
+            self.apply(v, t, Reason.DRIFT, None, f"{why}; drift: revert moves it back.")
+        return refusal
+
+    def settle(self) -> None:
+        """Retry what was blocked until nothing more moves, then report what is still unmet.
+
+        A move refused early (a drift revert onto a host that another member of its
+        anti-affinity still holds, a drain onto a full host) may become possible once the later
+        mandatory moves are applied. Each round either moves a VM or ends, so this takes at
+        most as many rounds as there are waiting items.
+        """
+        refusals: dict[int, Refusal] = {}
+        for _ in range(len(self.waiting_drift) + len(self.waiting) + 1):
+            progress = False
+            drifts = []
+            for v, t, why in self.waiting_drift:
+                if v in self.out.moved:
+                    if self.state.host_of[v] != t:
+                        refusals.setdefault(v, Refusal("moved", f"{self.name(v)} moved already"))
+                        drifts.append((v, t, why))
+                    continue
+                refusal = self.try_drift(v, t, why)
+                if refusal is None:
+                    progress = True
+                else:
+                    refusals[v] = refusal
+                    drifts.append((v, t, why))
+            self.waiting_drift = drifts
+            relocations = []
+            for item in self.waiting:
+                if item[0] in self.out.moved:  # moved by a later rule to a permitted host
+                    continue
+                if self.try_relocate(*item) is None:
+                    progress = True
+                else:
+                    relocations.append(item)
+            self.waiting = relocations
+            if not progress:
+                break
+        for v, _, why in self.waiting_drift:
+            self.problem(
+                Code.NO_FEASIBLE_HOST, f"{why}; it cannot go back: {refusals[v].text}", [v]
+            )
+        for item in self.waiting:
+            self.relocate(*item)
+        self.waiting_drift, self.waiting = [], []
 
     # -- drift -------------------------------------------------------------------------------
 
     def drift(self, placement: Mapping[str, str], mode: Drift) -> None:
+        pending: list[tuple[int, int, str]] = []
         for vm_name, host_name in sorted(placement.items()):
             t = self.model.host_index.get(host_name)
             v = self.model.vm_index.get(vm_name)
@@ -192,13 +249,15 @@ class _Planner:
             why = f"{vm_name} runs on {self.host(s)} but placement puts it on {host_name}"
             if self.blocked(v, why, None):
                 continue
-            refusal = check_move(self.state, v, t)
-            if refusal is not None:
-                self.problem(
-                    Code.NO_FEASIBLE_HOST, f"{why}; it cannot go back: {refusal.text}", [v]
-                )
-                continue
-            self.apply(v, t, Reason.DRIFT, None, f"{why}; drift: revert moves it back.")
+            pending.append((v, t, why))
+        # Reverts blocked by another drifted VM (e.g. its anti-affinity partner still on the
+        # desired host) are retried once the others moved; the rest wait for settle().
+        while pending:
+            left = [p for p in pending if self.try_drift(*p) is not None]
+            if len(left) == len(pending):
+                self.waiting_drift.extend(left)
+                return
+            pending = left
 
     # -- host rules ----------------------------------------------------------------------------
 
@@ -501,4 +560,5 @@ def plan_mandatory(state: State, placement: Mapping[str, str], drift: Drift) -> 
     p.maintenance()
     p.groups()
     p.host_limit()
+    p.settle()
     return p.out
