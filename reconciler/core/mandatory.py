@@ -134,6 +134,16 @@ class _Planner:
         refusals = self.try_relocate(v, reason, rule, why)
         if refusals is None:
             return True
+        unreachable = self._unreachable_allowed(v)
+        if unreachable and not refusals:
+            self.problem(
+                Code.HOST_UNKNOWN,
+                f"{why}, but {unreachable} {'is' if ', ' not in unreachable else 'are'} "
+                "unreachable",
+                [v],
+                rule,
+            )
+            return False
         self.problem(
             Code.NO_FEASIBLE_HOST,
             f"{why}, but no host can take {self.name(v)}: {summarise(refusals)}",
@@ -141,6 +151,15 @@ class _Planner:
             rule,
         )
         return False
+
+    def _unreachable_allowed(self, v: int) -> str:
+        """The unreachable hosts a required allow-rule of ``v`` confines it to, or ''."""
+        allow = [r.hosts for r in self.model.rules.host_rules[v] if r.required and r.allow]
+        if not allow:
+            return ""
+        smallest: frozenset[int] = min(allow, key=len)
+        names = sorted(self.host(h) for h in smallest if not self.model.hosts[h].known)
+        return ", ".join(names)
 
     def try_relocate(
         self, v: int, reason: Reason, rule: str | None, why: str
@@ -248,6 +267,9 @@ class _Planner:
                 continue
             why = f"{vm_name} runs on {self.host(s)} but placement puts it on {host_name}"
             if self.blocked(v, why, None):
+                continue
+            if not self.model.hosts[t].known:
+                self.problem(Code.HOST_UNKNOWN, f"{why}, which is unreachable", [v])
                 continue
             pending.append((v, t, why))
         # Reverts blocked by another drifted VM (e.g. its anti-affinity partner still on the
