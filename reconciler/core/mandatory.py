@@ -458,9 +458,15 @@ class _Planner:
             )
             return
         high = max(len(ms) for ms in by_host.values())
+        vms = self.model.vms
+
+        def memory_to_move(h: int) -> int:
+            return sum(vms[m].memory for m in g.members if m not in by_host[h])
+
+        # Equal in moves: the host that needs the least memory moved, then the least loaded.
         options = sorted(fixed_hosts) or sorted(
             (h for h, ms in by_host.items() if len(ms) == high and h >= 0),
-            key=lambda h: (self.state.score(h), self.host(h)),
+            key=lambda h: (memory_to_move(h), self.state.score(h), self.host(h)),
         )
         last = "no host holds a member"
         for h in options:
