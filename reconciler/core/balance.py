@@ -9,12 +9,16 @@ a less loaded one and must
 
 On a small cluster every such move lowers the spread itself; on a large one, where many hosts
 sit near the maximum, one move cannot lower the spread alone, so moves that even out the
-hottest and coolest hosts are taken until the spread drops. Greedy: at each step, among moves
-from the most loaded hosts to the least loaded ones, the best spread reduction per cost wins
-(cost = 1 per migration + memory moved / 32GiB + 1 per preferred rule broken - 0.5 per
-preferred rule repaired), then the best reduction of squared score deviations per cost, then
-smaller memory, VM name and host name. Stop when the spread is within the threshold, when no
-move qualifies, or after ``max_moves``. A VM moves at most once per plan.
+hottest and coolest hosts are taken until the spread drops. Greedy, fewest migrations first
+and then least memory moved: at each step, among moves from the most loaded hosts to the least
+loaded ones, a move that alone brings the spread within the threshold wins (the one with the
+lowest cost, then the least memory); otherwise the largest spread reduction per cost, counted
+in steps of ``GAIN_STEP`` points, then the largest reduction of squared score deviations per
+cost, then less memory, VM name and host name (cost = 1 per migration + 1 per preferred rule
+broken - 0.5 per preferred rule repaired). Memory only breaks ties between moves of similar
+effect: a small VM that closes less of the gap would take more migrations. Stop when the
+spread is within the threshold, when no move qualifies, or after ``max_moves``. A VM moves at
+most once per plan.
 
 Each move strictly lowers the sum of squared score deviations of its two hosts, so the search
 ends, a VM never moves back within a plan, and planning again on the predicted end state
@@ -39,7 +43,10 @@ TARGETS = 4
 """Least loaded hosts considered first as targets."""
 WIDE = 16
 """Sources and targets considered when the narrow search finds nothing."""
-GIB_PER_COST = 32 * 1024**3
+GAIN_STEP = 2.0
+"""Spread reductions this close (points) count as equal, so the smaller VM wins."""
+
+RankKey = tuple[int, float, float, int, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,38 +73,80 @@ def plan_balance(
     steps: list[Step] = []
     if len(hosts) < 2:
         return steps
-    scores = {h: state.score(h) for h in hosts}
-    order = sorted((scores[h], model.hosts[h].name, h) for h in hosts)
-    total = sum(scores.values())
+    board = _Board(state, hosts)
     moved: set[int] = set()
     need = max(settings.margin, EPSILON)
-    for _ in range(settings.max_moves):
-        spread = order[-1][0] - order[0][0]
+    while len(steps) < settings.max_moves:
+        spread = board.spread()
         if spread <= settings.threshold + EPSILON:
             break
-        mean = total / len(order)
-        search = _Search(state, order, scores, mean, spread, need, eligible, moved)
-        found = search.run(SOURCES, TARGETS) or search.run(WIDE, WIDE)
-        if found is None:
-            break
-        v, t, new_spread = found
-        s = state.host_of[v]
-        detail = (
-            f"{arch} score spread {spread:.1f} is over threshold {settings.threshold:g}: "
-            f"{model.hosts[s].name} scores {scores[s]:.1f} and {model.hosts[t].name} "
-            f"{scores[t]:.1f}; moving {model.vms[v].name} brings the spread to {new_spread:.1f}."
-        )
-        steps.append(Step(v, s, t, Reason.BALANCE, None, detail, False))
-        state.move(v, t)
-        moved.add(v)
-        for h in (s, t):
-            entry = (scores[h], model.hosts[h].name, h)
-            del order[bisect_left(order, entry)]
-            total -= scores[h]
-            scores[h] = state.score(h)
-            total += scores[h]
-            insort(order, (scores[h], model.hosts[h].name, h))
+        search = board.search(spread, need, eligible, moved, settings.threshold)
+        found = search.run(SOURCES, TARGETS) or search.run(WIDE, WIDE, first_source=True)
+        if found is not None:
+            v, t, new_spread = found
+            s = state.host_of[v]
+            detail = (
+                f"{arch} score spread {spread:.1f} is over threshold {settings.threshold:g}: "
+                f"{model.hosts[s].name} scores {board.scores[s]:.1f} and {model.hosts[t].name} "
+                f"{board.scores[t]:.1f}; moving {model.vms[v].name} brings the spread to "
+                f"{new_spread:.1f}."
+            )
+            steps.append(Step(v, s, t, Reason.BALANCE, None, detail, False))
+            board.move(v, t)
+            moved.add(v)
+            continue
+        break
     return steps
+
+
+class _Board:
+    """Host scores of one architecture kept sorted while moves are applied to the state."""
+
+    def __init__(self, state: State, hosts: Sequence[int]) -> None:
+        self.state = state
+        model = state.model
+        self.names = {h: model.hosts[h].name for h in hosts}
+        self.scores = {h: state.score(h) for h in hosts}
+        self.order = sorted((self.scores[h], self.names[h], h) for h in hosts)
+        self.total = sum(self.scores.values())
+
+    def spread(self) -> float:
+        return self.order[-1][0] - self.order[0][0]
+
+    def move(self, v: int, t: int) -> None:
+        """Move ``v`` to ``t`` in the state and re-sort its two hosts."""
+        s = self.state.host_of[v]
+        self.state.move(v, t)
+        order, scores = self.order, self.scores
+        for h in (s, t):
+            del order[bisect_left(order, (scores[h], self.names[h], h))]
+            self.total -= scores[h]
+            scores[h] = self.state.score(h)
+            self.total += scores[h]
+            insort(order, (scores[h], self.names[h], h))
+
+    def search(
+        self,
+        spread: float,
+        need: float,
+        eligible: Callable[[int], bool],
+        moved: set[int],
+        threshold: float,
+        ceiling: float | None = None,
+    ) -> _Search:
+        mean = self.total / len(self.order)
+        return _Search(
+            self.state,
+            self.order,
+            self.scores,
+            mean,
+            spread,
+            need,
+            eligible,
+            moved,
+            threshold,
+            ceiling,
+        )
 
 
 class _Search:
@@ -113,7 +162,12 @@ class _Search:
         need: float,
         eligible: Callable[[int], bool],
         moved: set[int],
+        threshold: float,
+        ceiling: float | None = None,
     ) -> None:
+        self.threshold = threshold
+        self.ceiling = spread if ceiling is None else ceiling
+        """A move must leave the spread no higher than this."""
         self.state = state
         self.order = order
         self.scores = scores
@@ -123,7 +177,11 @@ class _Search:
         self.moved = moved
         self.mean = mean
 
-    def run(self, n_src: int, n_tgt: int) -> tuple[int, int, float] | None:
+    def run(
+        self, n_src: int, n_tgt: int, first_source: bool = False
+    ) -> tuple[int, int, float] | None:
+        """The best move from the ``n_src`` most to the ``n_tgt`` least loaded hosts; with
+        ``first_source``, from the most loaded source that has a qualifying move."""
         state, order = self.state, self.order
         model = state.model
         w = model.weights
@@ -134,9 +192,11 @@ class _Search:
         bottom = [e[2] for e in order[:3]]
         mean = self.mean
         scores = self.scores
-        best_key: tuple[float, float, int, str, str] | None = None
+        best_key: RankKey | None = None
         best: tuple[int, int, float] | None = None
         for s_score, _, s in sources:
+            if first_source and best is not None:
+                break
             hi_rest = [x for x in top if x != s]
             lo_rest = [x for x in bottom if x != s]
             for v in sorted(state.vms_on[s]):
@@ -144,7 +204,6 @@ class _Search:
                     continue
                 vm = model.vms[v]
                 s_after = state.score_with(s, v, -1)
-                base_cost = 1.0 + vm.memory / GIB_PER_COST
                 for t_score, t_name, t in targets:
                     if t_score >= s_score - self.need:
                         break
@@ -183,21 +242,29 @@ class _Search:
                     )
                     if dev <= EPSILON:
                         continue
-                    key = (
-                        -round(gain / base_cost, 3),
-                        -dev / base_cost,
-                        vm.memory,
-                        vm.name,
-                        t_name,
-                    )
+                    if new_spread > self.ceiling + EPSILON:
+                        continue
+                    reaches = new_spread <= self.threshold + EPSILON
+                    key = self._key(reaches, gain, dev, 1.0, vm.memory, vm.name, t_name)
                     if best_key is not None and key >= best_key:
                         continue
                     if check_move(state, v, t) is not None:
                         continue
                     breaks, repairs = preferred_delta(state, v, t)
                     if breaks or repairs:
-                        cost = max(0.25, base_cost + breaks - 0.5 * repairs)
-                        key = (-round(gain / cost, 3), -dev / cost, vm.memory, vm.name, t_name)
+                        cost = max(0.25, 1.0 + breaks - 0.5 * repairs)
+                        key = self._key(reaches, gain, dev, cost, vm.memory, vm.name, t_name)
                     if best_key is None or key < best_key:
                         best_key, best = key, (v, t, new_spread)
         return best
+
+    @staticmethod
+    def _key(
+        reaches: bool, gain: float, dev: float, cost: float, memory: int, vm: str, host: str
+    ) -> RankKey:
+        """Rank: a move that alone brings the spread within the threshold first (then cost,
+        memory); else the largest spread reduction per cost, in steps of ``GAIN_STEP`` points,
+        then the largest deviation reduction per cost; memory only breaks ties."""
+        if reaches:
+            return (0, cost, 0.0, memory, vm, host)
+        return (1, -round(gain / cost / GAIN_STEP), -dev / cost, memory, vm, host)
