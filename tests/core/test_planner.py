@@ -492,3 +492,40 @@ def test_imbalance_left_by_a_drain_is_balanced_in_the_same_plan() -> None:
     assert [m.target for m in p.moves + p.deferred if m.reason is Reason.MAINTENANCE] == ["b"] * 3
     assert any(m.reason is Reason.BALANCE for m in p.moves + p.deferred)
     assert sp.after <= 20
+
+
+def test_balance_prefers_one_move_that_reaches_the_threshold_over_several_small_ones() -> None:
+    # The 16GiB VM brings the spread under the threshold alone; the 4GiB ones take two moves.
+    d = desired([host("a"), host("b")], threshold=10)
+    s = snapshot(
+        [host_state("a"), host_state("b")],
+        [vm(f"small-{i}", "a", memory_gib=4) for i in range(2)]
+        + [vm("big", "a", memory_gib=16), vm("other", "b", memory_gib=2)],
+    )
+    p = run(d, s)
+    assert moves_of(p) == [("big", "a", "b", Reason.BALANCE)]
+    (sp,) = p.spreads
+    assert sp.after <= 10
+
+
+def test_balance_swaps_when_no_single_move_lowers_the_spread() -> None:
+    # a: 2 + 12GiB, b: 16 + 16GiB. Any single move overshoots or narrows the gap by less than
+    # the margin; a 16GiB VM to a and the 2GiB one to b bring the spread under the threshold.
+    d = desired([host("a"), host("b")], threshold=10)
+    s = snapshot(
+        [host_state("a"), host_state("b")],
+        [
+            vm("small", "a", memory_gib=2),
+            vm("mid", "a", memory_gib=12),
+            vm("big-1", "b", memory_gib=16),
+            vm("big-2", "b", memory_gib=16),
+        ],
+    )
+    p = run(d, s)
+    assert sorted(moves_of(p)) == [
+        ("big-1", "b", "a", Reason.BALANCE),
+        ("small", "a", "b", Reason.BALANCE),
+    ]
+    assert [m.wave for m in p.moves] == [0, 1]  # the second waits for the first
+    (sp,) = p.spreads
+    assert sp.before > 10 >= sp.after
