@@ -28,6 +28,10 @@ the hot host and a smaller one back. A pair must lower the spread by ``margin`` 
 within the threshold; both moves are checked in their order, so each intermediate state is
 feasible. At most ``MAX_PAIR_SEARCHES`` pair searches run per architecture.
 
+On a small architecture (see ``beam``) where this greedy search ends over the threshold, a
+bounded beam search looks for other moves, no more of them, that reach the threshold; its
+result replaces the greedy one only then.
+
 Each single move strictly lowers the sum of squared score deviations of its two hosts and
 each pair lowers the spread, so the search ends, a VM never moves back within a plan, and
 planning again on the predicted end state (moved VMs in cooldown) finds nothing to do.
@@ -39,6 +43,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from reconciler.core.beam import Path, beam_search, small_enough
 from reconciler.core.capacity import SATURATED
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
@@ -85,10 +90,60 @@ def plan_balance(
     settings: BalanceSettings,
 ) -> list[Step]:
     """Balance moves over ``hosts`` (one architecture), applied to ``state`` in order."""
+    if len(hosts) < 2:
+        return []
+    if not small_enough(state, hosts, eligible):
+        return _greedy(state, arch, hosts, eligible, settings)
+    steps = _greedy(state.copy(), arch, hosts, eligible, settings)
+    if steps and _spread_after(state, hosts, steps) > settings.threshold + EPSILON:
+        path = beam_search(state, hosts, eligible, settings.threshold, len(steps))
+        if path is not None:
+            steps = _beam_steps(state, arch, hosts, path, settings.threshold)
+    for step in steps:
+        state.move(step.vm, step.target)
+    return steps
+
+
+def _spread_after(state: State, hosts: Sequence[int], steps: Sequence[Step]) -> float:
+    after = state.copy()
+    for step in steps:
+        after.move(step.vm, step.target)
+    return spread_of(after, hosts)
+
+
+def _beam_steps(
+    state: State, arch: str, hosts: Sequence[int], path: Path, threshold: float
+) -> list[Step]:
+    """Steps for a beam search result (``state`` is left unchanged)."""
+    model = state.model
+    after = state.copy()
+    spread = spread_of(after, hosts)
+    for v, t in path:
+        after.move(v, t)
+    end = spread_of(after, hosts)
+    steps: list[Step] = []
+    for v, t in path:
+        s = state.host_of[v]
+        detail = (
+            f"{arch} score spread {spread:.1f} is over threshold {threshold:g} and the greedy "
+            f"search would stop above it; moving {model.vms[v].name} from "
+            f"{model.hosts[s].name} to {model.hosts[t].name} is step {len(steps) + 1} of "
+            f"{len(path)} that bring it to {end:.1f}."
+        )
+        steps.append(Step(v, s, t, Reason.BALANCE, None, detail, False))
+    return steps
+
+
+def _greedy(
+    state: State,
+    arch: str,
+    hosts: Sequence[int],
+    eligible: Callable[[int], bool],
+    settings: BalanceSettings,
+) -> list[Step]:
+    """The greedy search (single moves, then pairs), applied to ``state``."""
     model = state.model
     steps: list[Step] = []
-    if len(hosts) < 2:
-        return steps
     board = _Board(state, hosts)
     moved: set[int] = set()
     need = max(settings.margin, EPSILON)

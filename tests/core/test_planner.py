@@ -529,3 +529,29 @@ def test_balance_swaps_when_no_single_move_lowers_the_spread() -> None:
     assert [m.wave for m in p.moves] == [0, 1]  # the second waits for the first
     (sp,) = p.spreads
     assert sp.before > 10 >= sp.after
+
+
+def test_balance_searches_other_first_moves_when_greedy_stops_over_the_threshold() -> None:
+    # Greedy moves the 10GiB VM from b to a first (the largest reduction) and then the 2GiB
+    # one to c, and stops at 9.4 over threshold 8; two 8GiB VMs, one to a and one to c, reach
+    # 6.2 with as many moves.
+    d = desired([host("a"), host("b"), host("c")], threshold=8)
+    sizes = {"v0": ("b", 10), "v1": ("c", 8), "v2": ("a", 6), "v3": ("b", 8)}
+    sizes |= {"v4": ("b", 2), "v5": ("b", 8)}
+    s = snapshot(
+        [host_state("a"), host_state("b"), host_state("c")],
+        [vm(n, h, memory_gib=g, cpu_used=g / 4) for n, (h, g) in sizes.items()],
+    )
+    p = run(d, s)
+    assert moves_of(p) == [("v3", "b", "a", Reason.BALANCE), ("v5", "b", "c", Reason.BALANCE)]
+    (sp,) = p.spreads
+    assert sp.before > 8 >= sp.after
+    # planning again on the end state (moved VMs cooling) moves nothing
+    end = snapshot(
+        [host_state("a"), host_state("b"), host_state("c")],
+        [
+            vm(n, {"v3": "a", "v5": "c"}.get(n, h), memory_gib=g, cpu_used=g / 4)
+            for n, (h, g) in sizes.items()
+        ],
+    )
+    assert run(d, end).moves == []
