@@ -88,13 +88,8 @@ def check_rules(state: State, v: int, t: int) -> Refusal | None:
         if a == b:
             continue
         dc = state.counts[gi]
-        before = dc.measure()
-        dc.shift(a, -1)
-        dc.shift(b, 1)
-        after = dc.measure()
-        dc.shift(b, -1)
-        dc.shift(a, 1)
-        if after > before:
+        before = dc.measure()  # first: the probe may register the target's domain
+        if dc.key_if_moved(a, b)[0] > before:
             return Refusal(
                 f"rule {g.name}",
                 f"{describe_kind(g.kind)} {g.name} would be broken on {model.hosts[t].name}",
@@ -123,12 +118,7 @@ def preferred_delta(state: State, v: int, t: int) -> tuple[int, int]:
         if a == b:
             continue
         dc = state.counts[gi]
-        before_m = dc.measure()
-        dc.shift(a, -1)
-        dc.shift(b, 1)
-        after_m = dc.measure()
-        dc.shift(b, -1)
-        dc.shift(a, 1)
+        before_m, after_m = dc.measure(), dc.key_if_moved(a, b)[0]
         breaks += after_m > before_m
         repairs += after_m < before_m
     return breaks, repairs

@@ -568,12 +568,7 @@ def _improves(state: State, g: GroupRule, m: int, t: int, key: tuple[int, int]) 
     """Accept ``t`` only when moving ``m`` there strictly lowers ``g``'s (measure, sumsq)."""
     dc = state.counts[g.index]
     a, b = domain_of(g, state.host_of[m]), domain_of(g, t)
-    dc.shift(a, -1)
-    dc.shift(b, 1)
-    after = dc.key()
-    dc.shift(b, -1)
-    dc.shift(a, 1)
-    if after < key:
+    if dc.key_if_moved(a, b) < key:
         return None
     return Refusal(
         f"rule {g.name}", f"moving it to {state.model.hosts[t].name} does not repair {g.name}"

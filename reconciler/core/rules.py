@@ -146,6 +146,18 @@ class DomainCounts:
         """Measure, then sum of squares: strictly lower after every repairing move."""
         return self.measure(), self.sumsq
 
+    def key_if_moved(self, source: str | None, target: str | None) -> tuple[int, int]:
+        """``key()`` as it would be after one member moves from ``source`` to ``target``.
+
+        Probes in place and undoes it, cheaper than a copy on the planner's hot path.
+        """
+        self.shift(source, -1)
+        self.shift(target, 1)
+        after = self.key()
+        self.shift(target, -1)
+        self.shift(source, 1)
+        return after
+
     def count(self, domain: str | None) -> int:
         return 0 if domain is None else self.counts.get(domain, 0)
 
