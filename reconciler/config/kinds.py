@@ -217,19 +217,19 @@ def error_finding(doc: Document, model: type[BaseModel], error: ErrorDetails) ->
     else:
         line, column = doc.position(path, key=kind == "extra_forbidden")
     message, hint = message_and_hint(doc, model, error, path)
-    return Finding(
-        file=doc.file,
-        line=line,
-        column=column,
-        severity=Severity.ERROR,
-        path=path_text(path),
-        message=message,
-        hint=hint,
-    )
+    return _at(doc, path, message, hint, position=(line, column))
 
 
-def _at(doc: Document, path: DocPath, message: str, hint: str) -> Finding:
-    line, column = doc.position(path)
+def _at(
+    doc: Document,
+    path: DocPath,
+    message: str,
+    hint: str | None,
+    *,
+    position: tuple[int, int] | None = None,
+) -> Finding:
+    """An error at ``path``, on the line of its value unless ``position`` says otherwise."""
+    line, column = position if position is not None else doc.position(path)
     return Finding(
         file=doc.file,
         line=line,
