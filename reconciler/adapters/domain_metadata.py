@@ -8,8 +8,11 @@ left alone and libvirt keeps it through live migration::
         <placement:labels>
           <placement:label name="app" value="web"/>
         </placement:labels>
-        <placement:state lastMovedAt="2024-05-01T22:10:03+00:00" lastMovedFrom="kvm-02"
-                         moves="3"/>
+        <placement:state firstSeen="2024-04-02T08:00:00+00:00" moves="3"
+                         lastMovedAt="2024-05-01T22:10:03+00:00" lastMovedFrom="kvm-02"
+                         lastMovedTo="kvm-01" lastPlan="sha256:..."/>
+        <placement:failure at="2024-05-02T01:00:00+00:00" from="kvm-01" to="kvm-03"
+                           plan="sha256:..." error="target host unreachable"/>
       </placement:vm>
     </metadata>
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from reconciler.model.snapshot import ReconcilerState
+from reconciler.model.snapshot import FailedMove, ReconcilerState
 
 METADATA_NS: Final = "https://placement-reconciler.dev/xmlns/v1"
 """XML namespace URI of the reconciler's domain metadata."""
@@ -69,6 +72,7 @@ def parse_metadata_element(element: ET.Element) -> DomainMetadata:
         return DomainMetadata()
     labels: dict[str, str] = {}
     state = ReconcilerState()
+    failure: FailedMove | None = None
     for child in root:
         name = _local(child.tag)
         if name == "labels":
@@ -80,28 +84,51 @@ def parse_metadata_element(element: ET.Element) -> DomainMetadata:
                     labels[key] = label.get("value", "")
         elif name == "state":
             state = _parse_state(child)
+        elif name == "failure":
+            failure = _parse_failure(child)
+    if failure is not None:
+        state = state.model_copy(update={"last_failure": failure})
     return DomainMetadata(labels=labels, state=state)
 
 
+def _time(element: ET.Element, attribute: str) -> datetime | None:
+    text = element.get(attribute)
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 def _parse_state(element: ET.Element) -> ReconcilerState:
-    moved_at: datetime | None = None
-    text = element.get("lastMovedAt")
-    if text:
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            moved_at = parsed
     moves = 0
     try:
         moves = max(0, int(element.get("moves", "0")))
     except ValueError:
         moves = 0
     return ReconcilerState(
-        last_moved_at=moved_at,
+        first_seen=_time(element, "firstSeen"),
+        last_moved_at=_time(element, "lastMovedAt"),
         last_moved_from=element.get("lastMovedFrom") or None,
+        last_moved_to=element.get("lastMovedTo") or None,
+        last_plan_id=element.get("lastPlan") or None,
         moves=moves,
+    )
+
+
+def _parse_failure(element: ET.Element) -> FailedMove | None:
+    at = _time(element, "at")
+    source, target = element.get("from"), element.get("to")
+    if at is None or not source or not target:
+        return None
+    return FailedMove(
+        at=at,
+        source=source,
+        target=target,
+        plan_id=element.get("plan") or None,
+        error=element.get("error", ""),
     )
 
 
@@ -137,14 +164,33 @@ def render_metadata(
         for key, value in sorted(labels.items()):
             lines.append(f'    <{p}label name="{_attr(key)}" value="{_attr(value)}"/>')
         lines.append(f"  </{p}labels>")
-    if state is not None and state != ReconcilerState():
+    if state is not None and state.model_copy(update={"last_failure": None}) != ReconcilerState():
         attrs = []
+        if state.first_seen is not None:
+            attrs.append(f'firstSeen="{state.first_seen.isoformat()}"')
+        attrs.append(f'moves="{state.moves}"')
         if state.last_moved_at is not None:
             attrs.append(f'lastMovedAt="{state.last_moved_at.isoformat()}"')
-        if state.last_moved_from is not None:
-            attrs.append(f'lastMovedFrom="{_attr(state.last_moved_from)}"')
-        attrs.append(f'moves="{state.moves}"')
+        optional: tuple[tuple[str, str | None], ...] = (
+            ("lastMovedFrom", state.last_moved_from),
+            ("lastMovedTo", state.last_moved_to),
+            ("lastPlan", state.last_plan_id),
+        )
+        for attribute, text in optional:
+            if text is not None:
+                attrs.append(f'{attribute}="{_attr(text)}"')
         lines.append(f"  <{p}state {' '.join(attrs)}/>")
+    if state is not None and state.last_failure is not None:
+        f = state.last_failure
+        attrs = [
+            f'at="{f.at.isoformat()}"',
+            f'from="{_attr(f.source)}"',
+            f'to="{_attr(f.target)}"',
+        ]
+        if f.plan_id is not None:
+            attrs.append(f'plan="{_attr(f.plan_id)}"')
+        attrs.append(f'error="{_attr(f.error)}"')
+        lines.append(f"  <{p}failure {' '.join(attrs)}/>")
     lines.append(f"</{p}vm>")
     return "\n".join(lines)
 

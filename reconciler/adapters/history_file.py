@@ -1,6 +1,5 @@
-"""History (past moves, imbalance streaks) read from a JSON or YAML file for ``plan --history``.
-
-Later the history comes from the state repository's git log; this is its file form.
+"""A History (imbalance streaks, since when the cluster is observed) read from a JSON or YAML
+file, for offline what-ifs with ``plan --history``; live rounds read the status store instead.
 """
 
 from __future__ import annotations
@@ -26,6 +25,12 @@ def load_history(path: Path) -> History:
         raise ConfigError(
             f"history {path} is not JSON or YAML: {err}", hint="fix or regenerate the file"
         ) from err
+    if isinstance(data, dict) and "moves" in data:
+        raise ConfigError(
+            f"history {path} lists 'moves': past moves are no longer read from a history file",
+            hint="cooldown is read from each VM's domain metadata (observe shows it); keep "
+            "only apiVersion, kind: History and imbalanceRounds",
+        )
     try:
         return History.model_validate(data or {})
     except ValidationError as err:
@@ -33,5 +38,5 @@ def load_history(path: Path) -> History:
         where = ".".join(str(p) for p in first["loc"]) or "(top)"
         raise ConfigError(
             f"history {path} is not a History: {where}: {first['msg']}",
-            hint="a History has 'moves' (vm, source, target, at) and 'imbalanceRounds'",
+            hint="a History has apiVersion, kind: History, imbalanceRounds and observedSince",
         ) from err

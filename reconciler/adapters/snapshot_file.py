@@ -11,7 +11,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reconciler.errors import SnapshotError
-from reconciler.model.snapshot import SNAPSHOT_VERSION, Snapshot
+from reconciler.model.base import API_VERSION
+from reconciler.model.snapshot import Snapshot
 
 MAX_BYTES = 256 * 1024**2
 """Larger files are refused rather than read into memory."""
@@ -53,12 +54,18 @@ def load_snapshot(path: Path) -> Snapshot:
         ) from err
     if not isinstance(data, dict):
         raise SnapshotError(f"{path} is not a snapshot (a JSON object)", hint=hint)
-    version = data.get("schemaVersion")
-    if version != SNAPSHOT_VERSION:
+    if "schemaVersion" in data:
+        old = data.get("schemaVersion")
         raise SnapshotError(
-            f"{path} has snapshot schemaVersion {version!r}; this reconciler reads "
-            f"version {SNAPSHOT_VERSION}",
-            hint="observe again with this version of the reconciler",
+            f"{path} is a snapshot in an older format (schemaVersion {old!r}, snake_case "
+            f"fields); this reconciler reads apiVersion {API_VERSION}, kind Snapshot",
+            hint="observe again: reconciler observe --format json > FILE",
+        )
+    if data.get("kind") != "Snapshot" or data.get("apiVersion") != API_VERSION:
+        raise SnapshotError(
+            f"{path} is not a snapshot: expected apiVersion {API_VERSION} and kind Snapshot, "
+            f"found apiVersion {data.get('apiVersion')!r} and kind {data.get('kind')!r}",
+            hint=hint,
         )
     try:
         return Snapshot.model_validate(data)

@@ -1,7 +1,10 @@
-"""JSON Schemas of the four kinds and of the snapshot, generated from the models.
+"""JSON Schemas of the four kinds and of every JSON the CLI writes, generated from the models.
 
-Editors use them through the ``# yaml-language-server: $schema=...`` line of each file;
-``reconciler schema --write`` keeps ``schemas/`` in step with the models.
+The four kinds are what users write; snapshot, plan, place result, history, status and
+findings are what ``observe``, ``plan``, ``place``, ``validate`` and the status store write,
+all camelCase with ``apiVersion`` and ``kind`` (findings: an array). Editors use them through
+the ``# yaml-language-server: $schema=...`` line of each file; ``reconciler schema --write``
+keeps ``schemas/`` in step with the models.
 """
 
 from __future__ import annotations
@@ -10,13 +13,17 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
+from reconciler.config.findings import Finding
 from reconciler.model.cluster import Cluster
+from reconciler.model.history import History
 from reconciler.model.placement import Placement
+from reconciler.model.plan import PlaceResult, Plan
 from reconciler.model.policy import BalancePolicy
 from reconciler.model.rules import PlacementRules
 from reconciler.model.snapshot import Snapshot
+from reconciler.model.status import ReconcileStatus
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE: Final = "https://placement-reconciler.dev/schemas/"
@@ -27,12 +34,23 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "rules": PlacementRules,
     "placement": Placement,
     "snapshot": Snapshot,
+    "plan": Plan,
+    "place": PlaceResult,
+    "history": History,
+    "status": ReconcileStatus,
 }
 """Schema name (the file is ``<name>.json``) -> model."""
+
+LIST_SCHEMAS: Final[dict[str, TypeAdapter[Any]]] = {
+    "findings": TypeAdapter(list[Finding]),
+}
+"""Schemas of JSON arrays: ``validate --format json``."""
 
 _ALIASES: Final = {
     "balancepolicy": "policy",
     "placementrules": "rules",
+    "placeresult": "place",
+    "reconcilestatus": "status",
 }
 
 
@@ -40,13 +58,15 @@ def schema_name(kind: str) -> str | None:
     """The schema name for ``kind`` (``BalancePolicy``, ``policy``, ``cluster``...), if any."""
     key = kind.lower().removesuffix(".json")
     key = _ALIASES.get(key, key)
-    return key if key in SCHEMA_MODELS else None
+    return key if key in SCHEMA_MODELS or key in LIST_SCHEMAS else None
 
 
 def json_schema(name: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one kind, keys as written in YAML."""
-    model = SCHEMA_MODELS[name]
-    body = model.model_json_schema(by_alias=True, mode="validation")
+    if name in LIST_SCHEMAS:
+        body = LIST_SCHEMAS[name].json_schema(by_alias=True, mode="serialization")
+    else:
+        body = SCHEMA_MODELS[name].model_json_schema(by_alias=True, mode="validation")
     return {"$schema": SCHEMA_DIALECT, "$id": f"{SCHEMA_BASE}{name}.json", **body}
 
 
@@ -57,7 +77,7 @@ def schema_text(name: str) -> str:
 
 def schema_files() -> dict[str, str]:
     """File name -> content of every schema."""
-    return {f"{name}.json": schema_text(name) for name in SCHEMA_MODELS}
+    return {f"{name}.json": schema_text(name) for name in [*SCHEMA_MODELS, *LIST_SCHEMAS]}
 
 
 def stale_schema_files(folder: Path) -> list[str]:

@@ -14,14 +14,14 @@ See ``docs/planner.md`` for the rules it follows and the reasons it gives.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
+from reconciler.core.identity import plan_id
 from reconciler.core.mandatory import fixed_reason, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
+from reconciler.core.vm_facts import balance_hold
 from reconciler.core.waves import assign_waves
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -79,17 +79,19 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         placement[m.vm] = m.target
     problems = _dedupe(mandatory.problems)
     this_round, deferred = moves[: spec.batch], moves[spec.batch :]
+    proposed = dict(sorted(placement.items()))
     return Plan(
-        plan_id=plan_id(desired, snapshot, history, this_round, deferred, problems),
+        plan_id=plan_id(desired, this_round, deferred, problems, proposed),
         cluster=desired.cluster.metadata.name,
         created_at=now,
+        observed_at=snapshot.taken_at,
         moves=this_round,
         deferred=deferred,
         unsatisfiable=problems,
         hosts=_host_loads(model, before, state),
         spreads=spreads,
         imbalance_rounds=rounds,
-        placement=dict(sorted(placement.items())),
+        placement=proposed,
     )
 
 
@@ -109,11 +111,6 @@ def _balance_movable(
         other = seen.get(vm.name)
         if other is None or vm.host < other.host:
             seen[vm.name] = vm
-    last: dict[str, datetime] = {}
-    for rec in history.moves:
-        if rec.vm not in last or rec.at > last[rec.vm]:
-            last[rec.vm] = rec.at
-    elapsed = max(timedelta(0), now - snapshot.taken_at)
     out: list[bool] = []
     for info in model.vms:
         v = info.index
@@ -126,12 +123,7 @@ def _balance_movable(
             and fixed_reason(state, v) is None
         )
         if ok and obs is not None:
-            stamps = [t for t in (obs.reconciler.last_moved_at, last.get(info.name)) if t]
-            if stamps and now - max(stamps) < spec.cooldown:
-                ok = False
-            if obs.uptime is not None:
-                age = timedelta(seconds=obs.uptime) + elapsed
-                ok = ok and age >= spec.min_uptime
+            ok = balance_hold(obs, spec, history, snapshot.taken_at, now) is None
         out.append(ok)
     return out
 
@@ -181,59 +173,3 @@ def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
             )
         )
     return out
-
-
-def canonical_inputs(desired: DesiredState, snapshot: Snapshot, history: History) -> str:
-    """The inputs as canonical JSON text: every list whose order carries no meaning sorted.
-
-    Hosts, VMs, rules, in-flight entries and history records are sorted; mappings are written
-    with sorted keys except inside snapshot entries, which are dumped in model field order.
-    """
-    d = desired.model_dump(mode="json", by_alias=True)
-    d["cluster"]["spec"]["hosts"].sort(key=lambda h: h["name"])
-    d["rules"]["spec"]["rules"].sort(key=lambda r: (r["name"], r["type"]))
-    h = history.model_dump(mode="json", by_alias=True)
-    h["moves"].sort(key=lambda m: (m["at"], m["vm"], m["source"], m["target"], m["reason"]))
-    # The snapshot is the bulk: sort its lists, then let pydantic write it in one call.
-    snap = snapshot.model_copy(
-        update={
-            "hosts": sorted(snapshot.hosts, key=lambda x: x.name),
-            "vms": sorted(snapshot.vms, key=lambda v: (v.name, v.host, v.uuid)),
-            "in_flight": sorted(
-                (f.model_copy(update={"hosts": sorted(f.hosts)}) for f in snapshot.in_flight),
-                key=lambda f: (f.name, f.uuid),
-            ),
-        }
-    )
-    small = json.dumps({"desired": d, "history": h}, sort_keys=True, separators=(",", ":"))
-    return small + "\n" + snap.model_dump_json(by_alias=True)
-
-
-def _move_row(m: Move) -> list[object]:
-    return [m.vm, m.source, m.target, m.memory, m.vcpus, m.reason.value, m.rule, m.detail, m.wave]
-
-
-def plan_id(
-    desired: DesiredState,
-    snapshot: Snapshot,
-    history: History,
-    moves: list[Move],
-    deferred: list[Move],
-    unsatisfiable: list[Unsatisfiable],
-) -> str:
-    """sha256 of the canonical inputs and the decisions taken from them.
-
-    ``now`` is left out on purpose: it is the clock, not a recorded input, so the same
-    recorded snapshot, desired state and history give the same id whenever they are planned
-    again (reproducible reviews, no duplicate proposals). Where ``now`` does change a decision
-    (a cooldown or minUptime that expired), the decisions - also hashed - differ, and so does
-    the id.
-    """
-    decisions = {
-        "moves": [_move_row(m) for m in moves],
-        "deferred": [_move_row(m) for m in deferred],
-        "unsatisfiable": [[u.code.value, u.rule, u.vms, u.message] for u in unsatisfiable],
-    }
-    digest = hashlib.sha256(canonical_inputs(desired, snapshot, history).encode())
-    digest.update(json.dumps(decisions, separators=(",", ":")).encode())
-    return "sha256:" + digest.hexdigest()

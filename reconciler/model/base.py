@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Final, Literal, NewType
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 HostName = NewType("HostName", str)
+"""A host's name as in the Cluster document."""
 VmName = NewType("VmName", str)
+"""A libvirt domain name; unique within a cluster."""
+VmUuid = NewType("VmUuid", str)
+"""A libvirt domain UUID; it survives live migration and renames."""
 RuleName = NewType("RuleName", str)
 
 API_VERSION: Final = "placement/v1alpha1"
@@ -21,7 +26,11 @@ LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_./-]{0,61}[A-Za-z0-9])?$"
 class Frozen(BaseModel):
     """Immutable data with unknown keys rejected; the base of every model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # camelCase in every public format (YAML, JSON, schemas): the alias of every field is its
+    # camelCase name unless the field sets one; Python code uses the snake_case names.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel
+    )
 
 
 class Metadata(Frozen):

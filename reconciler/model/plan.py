@@ -7,10 +7,11 @@ batch limit pushed to a later reconcile; ``unsatisfiable`` what no sequence of m
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import AwareDatetime, Field
 
-from reconciler.model.base import Frozen
+from reconciler.model.base import ApiVersion, Frozen
 
 
 class Reason(StrEnum):
@@ -88,9 +89,20 @@ class ArchSpread(Frozen):
 
 
 class Plan(Frozen):
-    plan_id: str = Field(description="Stable hash of the inputs.")
+    api_version: ApiVersion = "placement/v1alpha1"
+    kind: Literal["Plan"] = "Plan"
+    plan_id: str = Field(
+        description="sha256 of what the plan proposes and of the desired state it came from; "
+        "the same proposal from two observations has the same id."
+    )
     cluster: str
     created_at: AwareDatetime
+    observed_at: AwareDatetime | None = Field(
+        default=None, description="When the snapshot it was planned from was taken."
+    )
+    desired_revision: str | None = Field(
+        default=None, description="The commit (or folder digest) of the desired state."
+    )
     moves: list[Move] = Field(default_factory=list, description="This reconcile, within batch.")
     deferred: list[Move] = Field(default_factory=list, description="Beyond batch; next rounds.")
     unsatisfiable: list[Unsatisfiable] = Field(default_factory=list)
@@ -119,6 +131,8 @@ class Candidate(Frozen):
 class PlaceResult(Frozen):
     """Answer to "where would a new VM go?"."""
 
+    api_version: ApiVersion = "placement/v1alpha1"
+    kind: Literal["PlaceResult"] = "PlaceResult"
     host: str | None
     candidates: list[Candidate]
     message: str

@@ -8,13 +8,11 @@ and is listed in ``Snapshot.in_flight``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import AwareDatetime, Field
 
-from reconciler.model.base import Frozen
-
-SNAPSHOT_VERSION: Final = 1
+from reconciler.model.base import ApiVersion, Frozen
 
 
 class VmRunState(StrEnum):
@@ -49,12 +47,32 @@ class Unmigratable(Frozen):
     detail: str = Field(description="What in the domain blocks it, e.g. the disk path.")
 
 
-class ReconcilerState(Frozen):
-    """The reconciler's own record on a domain, kept in its libvirt metadata."""
+class FailedMove(Frozen):
+    """The last migration of a VM that did not complete."""
 
+    at: AwareDatetime
+    source: str
+    target: str
+    plan_id: str | None = None
+    error: str = Field(description="What libvirt or the reconciler reported.")
+
+
+class ReconcilerState(Frozen):
+    """The reconciler's own record on a domain, kept in its libvirt metadata.
+
+    It travels with the VM through live migration and survives a restart of the reconciler:
+    cooldown and minUptime are decided from it alone.
+    """
+
+    first_seen: AwareDatetime | None = Field(
+        default=None, description="When a reconcile round first saw this VM."
+    )
     last_moved_at: AwareDatetime | None = None
     last_moved_from: str | None = None
-    moves: int = Field(default=0, ge=0)
+    last_moved_to: str | None = None
+    last_plan_id: str | None = Field(default=None, description="The plan of the last move.")
+    moves: int = Field(default=0, ge=0, description="Moves made by the reconciler.")
+    last_failure: FailedMove | None = None
 
 
 class VmState(Frozen):
@@ -115,9 +133,10 @@ class InFlight(Frozen):
 class Snapshot(Frozen):
     """Everything observed of one cluster at ``taken_at``."""
 
-    schema_version: Literal[1] = Field(default=SNAPSHOT_VERSION, alias="schemaVersion")
+    api_version: ApiVersion = "placement/v1alpha1"
+    kind: Literal["Snapshot"] = "Snapshot"
     cluster: str
-    taken_at: AwareDatetime = Field(alias="takenAt")
+    taken_at: AwareDatetime
     hosts: list[HostState]
     vms: list[VmState]
-    in_flight: list[InFlight] = Field(default_factory=list, alias="inFlight")
+    in_flight: list[InFlight] = Field(default_factory=list)

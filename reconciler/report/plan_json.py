@@ -8,7 +8,7 @@ from typing import Any
 from reconciler.model.plan import PlaceResult, Plan
 
 # Plan fields that are maps keyed by data (VM or architecture names), not by field names.
-_MAP_FIELDS = ("placement", "imbalance_rounds")
+_MAP_FIELDS = ("placement", "imbalanceRounds")
 
 
 def plan_document(plan: Plan) -> dict[str, Any]:

@@ -190,7 +190,8 @@ def test_json_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "snap.json"
     save_snapshot(snap, path)
     text = path.read_text()
-    assert '"schemaVersion": 1' in text
+    assert '"apiVersion": "placement/v1alpha1"' in text
+    assert '"kind": "Snapshot"' in text
     assert '"takenAt"' in text
     assert '"inFlight"' in text
     loaded = load_snapshot(path)

@@ -47,9 +47,13 @@ def test_round_trip(tmp_path: Path) -> None:
     [
         ("{", "is not JSON"),
         ("[1, 2]", "not a snapshot"),
-        ('{"schemaVersion": 2}', "schemaVersion 2"),
-        ('{"cluster": "x"}', "schemaVersion None"),
-        ('{"schemaVersion": 1, "cluster": "x", "hosts": []}', "not a valid snapshot"),
+        ('{"schemaVersion": 1, "cluster": "x"}', "older format .schemaVersion 1"),
+        ('{"cluster": "x"}', "expected apiVersion placement/v1alpha1 and kind Snapshot"),
+        ('{"apiVersion": "placement/v1alpha1", "kind": "Plan"}', "found .* kind 'Plan'"),
+        (
+            '{"apiVersion": "placement/v1alpha1", "kind": "Snapshot", "cluster": "x", "hosts": []}',
+            "not a valid snapshot",
+        ),
     ],
 )
 def test_bad_files(tmp_path: Path, content: str, message: str) -> None:

@@ -13,6 +13,7 @@ from reconciler.model.plan import Move, Plan
 from reconciler.model.policy import BalancePolicy, BalancePolicySpec
 from reconciler.model.rules import PlacementRules, PlacementRulesSpec, Rule
 from reconciler.model.snapshot import (
+    FailedMove,
     HostState,
     InFlight,
     ReconcilerState,
@@ -71,6 +72,7 @@ def vm(
     migratable: bool = True,
     uptime: float = 86400,
     last_moved_at: datetime | None = None,
+    failed_at: datetime | None = None,
 ) -> VmState:
     mem = int(memory_gib * GIB)
     return VmState(
@@ -86,7 +88,12 @@ def vm(
         uptime=uptime,
         labels=labels or {},
         migratable=migratable,
-        reconciler=ReconcilerState(last_moved_at=last_moved_at),
+        reconciler=ReconcilerState(
+            last_moved_at=last_moved_at,
+            last_failure=None
+            if failed_at is None
+            else FailedMove(at=failed_at, source="elsewhere", target=on, error="refused"),
+        ),
     )
 
 

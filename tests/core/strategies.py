@@ -9,11 +9,18 @@ from hypothesis import strategies as st
 from reconciler.model.base import API_VERSION, Metadata
 from reconciler.model.cluster import Cluster, ClusterSpec, Host, Reserve
 from reconciler.model.desired import DesiredState
-from reconciler.model.history import History, MoveRecord
+from reconciler.model.history import History
 from reconciler.model.placement import Placement, PlacementSpec
 from reconciler.model.policy import BalancePolicy, BalancePolicySpec
 from reconciler.model.rules import PlacementRules, PlacementRulesSpec, Rule
-from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
+from reconciler.model.snapshot import (
+    FailedMove,
+    HostState,
+    ReconcilerState,
+    Snapshot,
+    VmRunState,
+    VmState,
+)
 from tests.core.builders import GIB, NOW, rule
 
 Case = tuple[DesiredState, Snapshot, History]
@@ -111,7 +118,13 @@ def cases(draw: st.DrawFn) -> Case:
                     labels={"app": draw(st.sampled_from(["a", "b", "c", "d"]))},
                     migratable=draw(st.integers(0, 9)) > 0,
                     reconciler=ReconcilerState(
-                        last_moved_at=NOW - timedelta(minutes=10) if recent else None
+                        last_moved_at=NOW - timedelta(minutes=10) if recent else None,
+                        first_seen=draw(st.sampled_from([None, NOW - timedelta(seconds=30)])),
+                        last_failure=FailedMove(
+                            at=NOW - timedelta(hours=1), source="h0", target="h1", error="x"
+                        )
+                        if draw(st.integers(0, 6)) == 0
+                        else None,
                     ),
                 )
             )
@@ -157,12 +170,9 @@ def cases(draw: st.DrawFn) -> Case:
             spec=PlacementSpec(vms=placement),
         ),
     )
-    moved = [v.name for v in vms if draw(st.integers(0, 6)) == 0]
     history = History(
-        moves=[
-            MoveRecord(vm=n, source="h0", target="h1", at=NOW - timedelta(hours=1)) for n in moved
-        ],
         imbalance_rounds={"x86_64": draw(st.integers(0, 2))},
+        observed_since=draw(st.sampled_from([None, NOW - timedelta(days=1)])),
     )
     snap = Snapshot(cluster="prop", taken_at=NOW, hosts=states, vms=vms)
     return desired, snap, history

@@ -98,13 +98,10 @@ def test_cooldown_and_young_vms_do_not_move_for_balance() -> None:
         [
             vm("cool", "a", cpu_used=3, last_moved_at=NOW - timedelta(hours=1)),
             vm("young", "a", cpu_used=3, uptime=60),
-            vm("hist", "a", cpu_used=3),
+            vm("failed", "a", cpu_used=3, failed_at=NOW - timedelta(hours=2)),
         ],
     )
-    from reconciler.model.history import MoveRecord
-
-    h = History(moves=[MoveRecord(vm="hist", source="b", target="a", at=NOW - timedelta(hours=2))])
-    p = run(d, s, h)
+    p = run(d, s)
     assert p.moves == []
     assert p.spreads[0].balancing
 
@@ -453,8 +450,15 @@ def test_plan_id_is_stable_and_ignores_the_clock_when_decisions_agree() -> None:
     b = plan(d, s, History(), now=NOW + timedelta(minutes=1))
     assert a.plan_id == b.plan_id
     assert a.plan_id.startswith("sha256:")
-    s2 = snapshot([host_state("a"), host_state("b")], [vm("x", "b")])
-    assert plan(d, s2, History(), now=NOW).plan_id != a.plan_id
+    # Another observation proposing the same (here: nothing) keeps the id ...
+    s2 = snapshot([host_state("a"), host_state("b")], [vm("x", "b", cpu_used=1.25)])
+    assert plan(d, s2, History(), now=NOW).plan_id == a.plan_id
+    # ... a different proposal or a different desired state changes it.
+    pinned = desired([host("a"), host("b")], placement={"x": "b"})
+    moved = plan(pinned, s, History(), now=NOW)
+    assert moved.moves
+    assert moved.plan_id != a.plan_id
+    assert plan(pinned, s2, History(), now=NOW).plan_id not in (a.plan_id, moved.plan_id)
 
 
 def test_empty_cluster_gives_an_empty_plan() -> None:

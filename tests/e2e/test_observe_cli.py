@@ -37,7 +37,7 @@ def test_observe_test_driver_lab_table_and_json(
     assert main(["observe", str(folder), "--format", "json", "--sample-interval", "0"]) == 0
     text = capsys.readouterr().out
     data = json.loads(text)
-    assert data["schemaVersion"] == 1
+    assert (data["apiVersion"], data["kind"]) == ("placement/v1alpha1", "Snapshot")
     assert data["cluster"] == "lab"
     assert len(data["vms"]) == 8
     assert data["inFlight"] == []
@@ -95,6 +95,6 @@ def test_observe_real_lab(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
     assert "3/3 hosts reachable, 8 VMs" in table
     assert main(["observe", folder, "--format", "json", "--sample-interval", "0.2"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert all(vm["cpu_used"] is not None for vm in data["vms"])
+    assert all(vm["cpuUsed"] is not None for vm in data["vms"])
     assert main(["lab", "status", "--dir", lab.dir]) == 0
     assert capsys.readouterr().out.count(" running") == 8

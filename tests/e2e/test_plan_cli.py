@@ -91,7 +91,9 @@ def test_history_file_counts_rounds(tmp_path: Path, capsys: pytest.CaptureFixtur
     """With holdRounds 3, two earlier rounds over the threshold make this one act."""
     folder, snapshot = write_scenario("hold_rounds_not_reached", tmp_path)
     history = tmp_path / "history.yaml"
-    history.write_text("imbalanceRounds: {x86_64: 2}\nmoves: []\n")
+    history.write_text(
+        "apiVersion: placement/v1alpha1\nkind: History\nimbalanceRounds: {x86_64: 2}\n"
+    )
     args = ("plan", folder, "--snapshot", snapshot, "--now", NOW, "--format", "json")
     run = reconciler(capsys, *args, "--history", history)
     assert run.code == 2, run.err

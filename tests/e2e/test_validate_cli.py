@@ -234,10 +234,15 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "cluster.json",
+        "findings.json",
+        "history.json",
+        "place.json",
         "placement.json",
+        "plan.json",
         "policy.json",
         "rules.json",
         "snapshot.json",
+        "status.json",
     ]
     assert _run(capsys, "schema", "--check", "--dir", "out") == (0, "", "")
 
@@ -245,7 +250,7 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_schema_without_a_kind_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "schema", "nonsense")
     assert code == 2
-    assert err.startswith("error: give a KIND (cluster, policy, rules, placement, snapshot)")
+    assert err.startswith("error: give a KIND (cluster, policy, rules, placement, snapshot, plan")
 
 
 def test_the_console_script(tmp_path: Path) -> None:

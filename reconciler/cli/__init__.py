@@ -1,0 +1,62 @@
+"""The composition root: parses arguments, builds adapters, calls engine or core, prints.
+
+The only package that prints or picks exit codes; one module per command. Exit codes: 0
+success, 1 error (bad input, failed validation, unreachable world), 2 usage error. Commands
+that answer a question with their exit code use 2 for an answer and exit 1 on usage errors:
+``plan`` follows ``terraform plan -detailed-exitcode`` (0 no changes, 2 changes, 1 error),
+``place`` exits 0 when a host fits, 2 when none does, 1 on error. ``apply`` exits 3 when some
+moves failed or were skipped, 130/143 when interrupted by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from reconciler import __version__
+from reconciler.cli import common, lab, observe, place, plan, schema, validate
+from reconciler.errors import ReconcilerError
+
+COMMANDS = (validate, schema, lab, observe, plan, place)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reconciler",
+        description="Declarative GitOps reconciler for VM placement on libvirt/KVM clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"reconciler {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def _quiet_broken_pipe() -> int:
+    """``reconciler plan | head -1``: the reader left; end without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, as a shell reports it
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    handler: common.Handler = args.handler
+    try:
+        code = handler(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except ReconcilerError as err:
+        common.print_error(err)
+        return common.EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return common.EXIT_SIGINT

@@ -1,0 +1,285 @@
+"""What every command shares: exit codes, argument types, the cluster folder, live observation,
+the status store, error printing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from reconciler import config
+from reconciler.adapters import history_file, snapshot_file
+from reconciler.adapters.status_file import FileStatusStore
+from reconciler.errors import ConfigError, ReconcilerError, TerminalError
+from reconciler.model.cluster import Cluster
+from reconciler.model.desired import DesiredState
+from reconciler.model.history import History
+from reconciler.model.quantity import parse_size
+from reconciler.model.snapshot import Snapshot
+from reconciler.model.status import ReconcileStatus
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_CHANGES = 2
+"""``plan``: moves, deferred moves or a changed Placement (like terraform -detailed-exitcode)."""
+EXIT_NO_FIT = 2
+"""``place``: the answer is that no host fits the new VM."""
+EXIT_PARTIAL = 3
+"""``apply``: some moves failed, were skipped as stale, or the run was interrupted."""
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+LAB_DIR = Path(".lab")
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
+Handler = Callable[[argparse.Namespace], int]
+
+
+def print_error(err: ReconcilerError) -> None:
+    print(f"error: {err.message}", file=sys.stderr)
+    if err.hint:
+        print(f"  hint: {err.hint}", file=sys.stderr)
+
+
+def usage_errors_exit_1(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` exit 1 on usage errors, unrecognized arguments included.
+
+    argparse exits 2, which ``plan`` uses for "changes" and ``place`` for "no host fits": a
+    typo in a script must not read as either.
+    """
+    parse_known_args = parser.parse_known_args
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        parser.exit(EXIT_ERROR, f"{parser.prog}: error: {message}\n")
+
+    def strict_parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = parse_known_args(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    parser.error = error  # type: ignore[method-assign]
+    parser.parse_known_args = strict_parse_known_args  # type: ignore[method-assign,assignment]
+
+
+def aware_datetime(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time; write e.g. 2025-03-01T12:00:00Z"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no time zone; add one, e.g. 2025-03-01T12:00:00Z"
+        )
+    return value
+
+
+def size(text: str) -> int:
+    if text.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit; write e.g. 512MiB or 4GiB (units: B, KiB, MiB, GiB, TiB, "
+            "KB, MB, GB, TB)"
+        )
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label; write key=value")
+    return key, value
+
+
+def cluster_folder(path: Path | None) -> Path:
+    """The folder given, else ``.lab/cluster-state`` when a lab is up here, else cluster-state/."""
+    if path is not None:
+        return path.parent if path.is_file() else path
+    lab_folder = LAB_DIR / "cluster-state"
+    if (LAB_DIR / "lab.json").is_file() and lab_folder.is_dir():
+        print(f"using the lab's cluster folder {lab_folder}", file=sys.stderr)
+        return lab_folder
+    return Path("cluster-state")
+
+
+def add_path_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        metavar="PATH",
+        help="cluster folder (default: cluster-state/, or .lab/cluster-state when a lab is up)",
+    )
+
+
+def add_observe_overrides(p: argparse.ArgumentParser) -> None:
+    """Flags that override the Cluster's spec.observe and spec.sharedStorage for one run."""
+    p.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="override spec.observe.connectTimeout",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="override spec.observe.callTimeout",
+    )
+    p.add_argument(
+        "--shared-path",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="add to spec.sharedStorage: storage every host mounts; disks under it do not "
+        "block live migration (repeatable)",
+    )
+
+
+def observe_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("connect_timeout", "call_timeout", "sample_interval"):
+        value = getattr(args, name, None)
+        if value is not None:
+            out[name] = value
+    shared = getattr(args, "shared_path", None)
+    if shared:
+        out["shared_paths"] = shared
+    return out
+
+
+def observe_live(cluster: Cluster, **overrides: Any) -> Snapshot:
+    """Observe ``cluster`` live; libvirt is imported here: validate and offline plans need none."""
+    try:
+        from reconciler.adapters import libvirt_observer
+    except ImportError as err:
+        raise TerminalError(
+            f"observing the hosts needs the libvirt Python bindings: {err}",
+            hint="pip install libvirt-python (needs libvirt-dev and pkg-config), "
+            "or plan offline with --snapshot FILE",
+        ) from err
+    snapshot: Snapshot = libvirt_observer.observe_cluster(cluster, **overrides)
+    return snapshot
+
+
+def require_observation(snapshot: Snapshot) -> None:
+    """Nothing can be planned when no host answered: an error naming each host's error."""
+    if snapshot.hosts and not any(h.reachable for h in snapshot.hosts):
+        lines = "; ".join(f"{h.name}: {h.error or 'unreachable'}" for h in snapshot.hosts)
+        raise TerminalError(
+            f"no host of cluster {snapshot.cluster!r} could be observed ({lines})",
+            hint="check that libvirtd runs on the hosts and that their URIs are reachable",
+        )
+
+
+def add_snapshot_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--snapshot",
+        type=Path,
+        metavar="FILE",
+        help="work offline from a saved snapshot (observe --format json) instead of observing",
+    )
+
+
+def add_state_dir_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the status of each cluster is kept between rounds "
+        "(default: $XDG_STATE_HOME/reconciler)",
+    )
+
+
+def status_store(args: argparse.Namespace, cluster: str) -> FileStatusStore:
+    return FileStatusStore(cluster, getattr(args, "state_dir", None))
+
+
+def check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: str) -> None:
+    """The snapshot must be of the folder's cluster and know only its hosts."""
+    name = desired.cluster.metadata.name
+    if snapshot.cluster != name:
+        raise ConfigError(
+            f"{source} is a snapshot of cluster {snapshot.cluster!r}, but the folder describes "
+            f"cluster {name!r}",
+            hint="pass the snapshot of this cluster, or the folder of the snapshot's cluster",
+        )
+    hosts = {h.name for h in desired.cluster.spec.hosts}
+    unknown = sorted(
+        {h.name for h in snapshot.hosts if h.name not in hosts}
+        | {v.host for v in snapshot.vms if v.host not in hosts}
+    )
+    if unknown:
+        raise ConfigError(
+            f"{source} has hosts that are not in cluster {name!r}: {', '.join(unknown)}",
+            hint="add them to the Cluster document, or take a new snapshot of this cluster",
+        )
+
+
+def load_desired(args: argparse.Namespace) -> DesiredState:
+    return config.load_desired(cluster_folder(args.path))
+
+
+def snapshot_for(args: argparse.Namespace, desired: DesiredState) -> Snapshot:
+    """The saved snapshot given with --snapshot, else a live observation of every host."""
+    if getattr(args, "snapshot", None) is not None:
+        snapshot = snapshot_file.load_snapshot(args.snapshot)
+        source = f"snapshot {args.snapshot}"
+    else:
+        snapshot = observe_live(desired.cluster, **observe_overrides(args))
+        source = "the observed snapshot"
+    check_snapshot_matches(desired, snapshot, source)
+    require_observation(snapshot)
+    return snapshot
+
+
+def history_for(args: argparse.Namespace, cluster: str) -> tuple[History, ReconcileStatus | None]:
+    """The planner's History: from --history FILE, else from the status store, else empty."""
+    if getattr(args, "history", None) is not None:
+        return history_file.load_history(args.history), None
+    status = status_store(args, cluster).load()
+    return (status.history() if status is not None else History()), status

@@ -1,0 +1,54 @@
+"""``reconciler observe``: every host and VM as libvirt reports them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reconciler.adapters import snapshot_file
+from reconciler.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    Subparsers,
+    add_observe_overrides,
+    add_path_argument,
+    load_desired,
+    non_negative_float,
+    observe_live,
+    observe_overrides,
+)
+from reconciler.report.observe_table import observe_table
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "observe",
+        help="show what libvirt reports of every host and VM",
+        description="Connect to every host of a cluster folder at once and show hosts and VMs. "
+        "Exit 0 when every host answered, 1 when one did not (it is still shown). Timeouts and "
+        "shared storage come from the Cluster (spec.observe, spec.sharedStorage); flags "
+        "override them for one run.",
+    )
+    add_path_argument(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_observe_overrides(p)
+    p.add_argument(
+        "--sample-interval",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="time between the two CPU samples (override spec.observe.sampleInterval)",
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    desired = load_desired(args)
+    snapshot = observe_live(desired.cluster, **observe_overrides(args))
+    if args.format == "json":
+        sys.stdout.write(snapshot_file.snapshot_json(snapshot))
+    else:
+        sys.stdout.write(observe_table(snapshot))
+    down = [h for h in snapshot.hosts if not h.reachable]
+    for host in down:
+        print(f"warning: host {host.name} unreachable: {host.error}", file=sys.stderr)
+    return EXIT_ERROR if down else EXIT_OK

@@ -1,0 +1,99 @@
+"""``reconciler plan``: the explained migrations that would reach the desired state."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reconciler.cli.common import (
+    EXIT_CHANGES,
+    EXIT_OK,
+    Subparsers,
+    add_observe_overrides,
+    add_path_argument,
+    add_snapshot_argument,
+    add_state_dir_argument,
+    aware_datetime,
+    history_for,
+    load_desired,
+    snapshot_for,
+    usage_errors_exit_1,
+)
+from reconciler.core import planner
+from reconciler.report import plan_json, plan_patch, plan_table
+
+PLAN_FORMATS = ("table", "json", "patch")
+
+PLAN_EPILOG = """\
+exit codes (like terraform plan -detailed-exitcode):
+  0  no changes: nothing to move now or later, placement.yaml stays as it is
+  2  changes: the plan has moves or deferred moves, or updates placement.yaml
+  1  error: bad arguments (usage errors too, unlike other commands), invalid
+     cluster folder, unreadable snapshot or history, a snapshot of another cluster
+
+Without --snapshot the hosts are observed live through libvirt; a host that does not answer
+is shown as unknown and nothing moves to or from it. Unsatisfiable items alone do not make
+a change: they are printed, and the exit code stays 0.
+"""
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="compute the migrations that reach the desired state",
+        description="Compute the migrations that bring the cluster to its desired state,\n"
+        "with the reason for each, and print them. Changes nothing.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_path_argument(p)
+    add_snapshot_argument(p)
+    add_state_dir_argument(p)
+    add_observe_overrides(p)
+    p.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="imbalance streaks for an offline what-if (kind: History, JSON or YAML); "
+        "default: the status the last apply or run round left in the state dir",
+    )
+    p.add_argument(
+        "--format",
+        choices=PLAN_FORMATS,
+        default="table",
+        help="table for people (default), json: the whole plan, patch: an RFC 6902 JSON Patch "
+        "of the Placement document",
+    )
+    p.add_argument(
+        "--now",
+        type=aware_datetime,
+        metavar="ISO8601",
+        help="the time to plan at, with a time zone (default: now, UTC); decides cooldowns",
+    )
+    usage_errors_exit_1(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    desired = load_desired(args)
+    snapshot = snapshot_for(args, desired)
+    history, status = history_for(args, desired.cluster.metadata.name)
+    now: datetime = args.now or datetime.now(UTC)
+    result = planner.plan(desired, snapshot, history, now=now)
+    if args.format == "json":
+        print(plan_json.plan_json(result), end="")
+    elif args.format == "patch":
+        print(plan_patch.plan_patch(desired.placement, result), end="")
+    else:
+        print(plan_table.plan_table(result, desired.placement.spec.vms), end="")
+        if status is not None and status.rounds:
+            streaks = ", ".join(f"{a}: {n}" for a, n in sorted(status.imbalance_rounds.items()))
+            print(
+                f"read the status of {status.rounds} earlier round(s) "
+                f"(imbalance streak {streaks or 'none'})",
+                file=sys.stderr,
+            )
+    changed = result.has_changes or plan_patch.plan_patch_ops(desired.placement, result)
+    return EXIT_CHANGES if changed else EXIT_OK

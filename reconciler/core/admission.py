@@ -1,0 +1,268 @@
+"""``admit()``: is a move planned earlier still valid now, and may it start now?
+
+A plan is computed from one observation; moves run later, one after another. Just before a
+move starts, the executor asks ``admit`` with a fresh look at the cluster and the moves in
+progress. Each move gets one verdict:
+
+- ``admit``: start it now;
+- ``wait``: valid, but a limit is full (``parallel.cluster``, ``maxOutbound``, ``maxInbound``,
+  a disruptionBudget) or the room or rule it needs is being freed by a move in progress;
+- ``skip``: stale, never forced: the VM is gone, shut off, moved by someone else, in flight,
+  unmigratable; a host is unreachable or in maintenance; the target is full or a required
+  rule would break even after every move in progress ends.
+
+Moves earlier in the list that are admitted count as started for the later ones. The members
+of one required affinity group that move together (same rule, same wave) are judged together:
+the rule is checked before and after the group, not between its members.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from reconciler.core.feasibility import check_move
+from reconciler.core.rules import domain_of
+from reconciler.core.state import Model, State, build
+from reconciler.model.base import Frozen
+from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Move, Reason
+from reconciler.model.snapshot import Snapshot, VmRunState, VmState
+
+
+class Verdict(StrEnum):
+    ADMIT = "admit"
+    WAIT = "wait"
+    SKIP = "skip"
+
+
+class AdmitCode(StrEnum):
+    ADMITTED = "Admitted"
+    VM_GONE = "VmGone"
+    MOVED_ELSEWHERE = "MovedElsewhere"
+    ALREADY_ON_TARGET = "AlreadyOnTarget"
+    NOT_RUNNING = "NotRunning"
+    UNMIGRATABLE = "Unmigratable"
+    IN_FLIGHT = "InFlight"
+    SOURCE_UNREACHABLE = "SourceUnreachable"
+    TARGET_UNREACHABLE = "TargetUnreachable"
+    TARGET_MAINTENANCE = "TargetMaintenance"
+    NO_ROOM = "NoRoom"
+    RULE_BROKEN = "RuleBroken"
+    LIMIT = "Limit"
+    DEPENDS_ON_RUNNING = "DependsOnRunning"
+
+
+class Admission(Frozen):
+    move: Move
+    verdict: Verdict
+    code: AdmitCode
+    message: str
+
+
+def admit(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    moves: Sequence[Move],
+    in_progress: Sequence[Move],
+    now: datetime,
+) -> list[Admission]:
+    """A verdict for each of ``moves``, in order, against ``snapshot`` taken just before ``now``.
+
+    ``in_progress`` are the migrations running now: they count against every limit, and the
+    room and rule counts they will change are taken as changed only for judging staleness.
+    """
+    del now  # the verdicts depend on what is observed, not on the clock; kept for the contract
+    model, state = build(desired, snapshot)
+    sightings: dict[str, list[VmState]] = {}
+    for vm in snapshot.vms:
+        sightings.setdefault(vm.name, []).append(vm)
+    in_flight = {f.name for f in snapshot.in_flight}
+
+    # ``done``: every running move finished. A move that needs what a running one frees waits.
+    done = state.copy()
+    limits = _Limits(desired, model)
+    for m in in_progress:
+        _apply(done, model, m)
+        limits.take(m)
+
+    out: list[Admission] = []
+    for i, m in enumerate(moves):
+        stale = _stale(m, model, sightings, in_flight)
+        if stale is not None:
+            out.append(Admission(move=m, verdict=Verdict.SKIP, code=stale[0], message=stale[1]))
+            continue
+        v, t = model.vm_index[m.vm], model.host_index[m.target]
+        group = _group_of(m, moves[i + 1 :])
+        refusal = _refusal(done, model, v, t, group)
+        if refusal is not None:
+            code, text = refusal
+            out.append(Admission(move=m, verdict=Verdict.SKIP, code=code, message=text))
+            continue
+        full = limits.full(m)
+        if full is not None:
+            out.append(Admission(move=m, verdict=Verdict.WAIT, code=AdmitCode.LIMIT, message=full))
+            continue
+        waiting = _refusal(_still_running(done, model, v, t, in_progress), model, v, t, group)
+        if waiting is not None:
+            out.append(
+                Admission(
+                    move=m,
+                    verdict=Verdict.WAIT,
+                    code=AdmitCode.DEPENDS_ON_RUNNING,
+                    message=f"waits for a migration in progress: {waiting[1]}",
+                )
+            )
+            continue
+        _apply(done, model, m)
+        limits.take(m)
+        out.append(
+            Admission(move=m, verdict=Verdict.ADMIT, code=AdmitCode.ADMITTED, message="admitted")
+        )
+    return out
+
+
+def _apply(state: State, model: Model, m: Move) -> None:
+    v, t = model.vm_index.get(m.vm), model.host_index.get(m.target)
+    if v is not None and t is not None:
+        state.move(v, t)
+
+
+def _still_running(done: State, model: Model, v: int, t: int, in_progress: Sequence[Move]) -> State:
+    """``done`` with the running moves ``v`` to ``t`` depends on put back on their source.
+
+    It depends on a running move that frees room on ``t`` or that moves a member of one of its
+    required group rules: until that move ends, the room is not free and the rule not settled.
+    """
+    rules = model.rules
+    groups = {g for g in rules.vm_groups[v] if rules.groups[g].required}
+    back = []
+    for m in in_progress:
+        s, u = model.host_index.get(m.source), model.vm_index.get(m.vm)
+        if s is None or u is None:
+            continue
+        if s == t or groups.intersection(rules.vm_groups[u]):
+            back.append((u, s))
+    if not back:
+        return done
+    state = done.copy()
+    for u, s in back:
+        state.move(u, s)
+    return state
+
+
+def _stale(
+    m: Move, model: Model, sightings: dict[str, list[VmState]], in_flight: set[str]
+) -> tuple[AdmitCode, str] | None:
+    seen = sightings.get(m.vm, [])
+    if not seen:
+        source = model.host_index.get(m.source)
+        if source is not None and not model.hosts[source].known:
+            return AdmitCode.SOURCE_UNREACHABLE, f"{m.source} is unreachable"
+        return AdmitCode.VM_GONE, f"{m.vm} is no longer seen on any host"
+    if len(seen) > 1 or m.vm in in_flight:
+        hosts = ", ".join(sorted(s.host for s in seen))
+        return AdmitCode.IN_FLIGHT, f"{m.vm} is being migrated (seen on {hosts})"
+    vm = seen[0]
+    if vm.host != m.source:
+        if vm.host == m.target:
+            return AdmitCode.ALREADY_ON_TARGET, f"{m.vm} already runs on {m.target}"
+        return AdmitCode.MOVED_ELSEWHERE, f"{m.vm} now runs on {vm.host}, not on {m.source}"
+    if vm.state is not VmRunState.RUNNING:
+        return AdmitCode.NOT_RUNNING, f"{m.vm} is {vm.state.value}, not running"
+    if not vm.migratable:
+        why = "; ".join(u.detail for u in vm.unmigratable) or "not live-migratable"
+        return AdmitCode.UNMIGRATABLE, f"{m.vm} cannot be live-migrated: {why}"
+    t = model.host_index.get(m.target)
+    if t is None or not model.hosts[t].known:
+        return AdmitCode.TARGET_UNREACHABLE, f"{m.target} is unreachable"
+    if model.hosts[t].maintenance:
+        return AdmitCode.TARGET_MAINTENANCE, f"{m.target} is in maintenance"
+    if m.vm not in model.vm_index:
+        return AdmitCode.SOURCE_UNREACHABLE, f"{m.source} is unreachable"
+    return None
+
+
+def _group_of(m: Move, later: Sequence[Move]) -> list[Move]:
+    """Later moves of the same required affinity group in the same wave: they move together."""
+    if m.reason is not Reason.AFFINITY or m.rule is None:
+        return []
+    return [o for o in later if o.rule == m.rule and o.wave == m.wave and o.reason is m.reason]
+
+
+def _refusal(
+    state: State, model: Model, v: int, t: int, group: Sequence[Move]
+) -> tuple[AdmitCode, str] | None:
+    refusal = check_move(state, v, t)
+    if refusal is None:
+        return None
+    if refusal.category.startswith("rule ") and group and _group_fits(state, model, v, t, group):
+        return None
+    code = AdmitCode.RULE_BROKEN if refusal.category.startswith("rule ") else AdmitCode.NO_ROOM
+    return code, refusal.text
+
+
+def _group_fits(state: State, model: Model, v: int, t: int, group: Sequence[Move]) -> bool:
+    """Moving ``v`` and the rest of its group together keeps every required group measure."""
+    trial = state.copy()
+    rules = model.rules
+    touched = {g for g in rules.vm_groups[v] if rules.groups[g].required}
+    before = {g: trial.counts[g].measure() for g in touched}
+    trial.move(v, t)
+    for m in group:
+        _apply(trial, model, m)
+    for g in touched:
+        if domain_of(rules.groups[g], t) is None:
+            continue
+        if trial.counts[g].measure() > before[g]:
+            return False
+    return True
+
+
+class _Limits:
+    """Migrations counted against parallel.cluster, maxOutbound/maxInbound and budgets."""
+
+    def __init__(self, desired: DesiredState, model: Model) -> None:
+        self.model = model
+        self.parallel = desired.policy.spec.parallel.cluster
+        self.cluster = 0
+        self.outbound: Counter[int] = Counter()
+        self.inbound: Counter[int] = Counter()
+        self.budget: Counter[int] = Counter()
+
+    def _indices(self, m: Move) -> tuple[int | None, int | None, int | None]:
+        model = self.model
+        return (
+            model.host_index.get(m.source),
+            model.host_index.get(m.target),
+            model.vm_index.get(m.vm),
+        )
+
+    def take(self, m: Move) -> None:
+        s, t, v = self._indices(m)
+        self.cluster += 1
+        if s is not None:
+            self.outbound[s] += 1
+        if t is not None:
+            self.inbound[t] += 1
+        if v is not None:
+            for b in self.model.rules.vm_budgets[v]:
+                self.budget[b] += 1
+
+    def full(self, m: Move) -> str | None:
+        s, t, v = self._indices(m)
+        hosts = self.model.hosts
+        if self.cluster >= self.parallel:
+            return f"parallel.cluster {self.parallel} migrations already run"
+        if s is not None and self.outbound[s] >= hosts[s].max_outbound:
+            return f"maxOutbound {hosts[s].max_outbound} of {m.source} reached"
+        if t is not None and self.inbound[t] >= hosts[t].max_inbound:
+            return f"maxInbound {hosts[t].max_inbound} of {m.target} reached"
+        if v is not None:
+            for b in self.model.rules.vm_budgets[v]:
+                budget = self.model.rules.budgets[b]
+                if self.budget[b] >= budget.max_concurrent:
+                    return f"disruptionBudget {budget.name} allows {budget.max_concurrent} at once"
+        return None

@@ -1,0 +1,51 @@
+"""Per-VM facts that hold a VM back from balance moves: cooldown and minUptime.
+
+Read only from the VM's own record (its domain metadata, carried in the snapshot) and from
+since when the cluster is observed; libvirt has no start time for a domain.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from reconciler.model.history import History
+from reconciler.model.policy import BalancePolicySpec
+from reconciler.model.snapshot import VmState
+
+
+def age_of(vm: VmState, history: History, taken_at: datetime, now: datetime) -> timedelta | None:
+    """How long ``vm`` has existed at ``now`` as far as is known; None: old enough for anything.
+
+    A VM the first round already saw running counts as old. One first seen later counts from
+    then; one with no record yet appeared after the last round and counts from that round.
+    Where libvirt reports an uptime, that wins.
+    """
+    if vm.uptime is not None:
+        return timedelta(seconds=vm.uptime) + max(timedelta(0), now - taken_at)
+    since = history.observed_since
+    if since is None:
+        return None
+    first = vm.reconciler.first_seen
+    if first is None:
+        first = history.last_round_at
+        if first is None:
+            return None
+    if first <= since:
+        return None
+    return max(timedelta(0), now - first)
+
+
+def balance_hold(
+    vm: VmState, spec: BalancePolicySpec, history: History, taken_at: datetime, now: datetime
+) -> str | None:
+    """Why ``vm`` may not move for balance at ``now`` (cooldown, minUptime), or None."""
+    record = vm.reconciler
+    if record.last_moved_at is not None and now - record.last_moved_at < spec.cooldown:
+        return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
+    failure = record.last_failure
+    if failure is not None and now - failure.at < spec.cooldown:
+        return f"a move failed at {failure.at.isoformat()}, within the cooldown"
+    age = age_of(vm, history, taken_at, now)
+    if age is not None and age < spec.min_uptime:
+        return f"running for {int(age.total_seconds())}s, less than minUptime"
+    return None

@@ -1,0 +1,113 @@
+"""The engine's only ways to reach the world: one boundary type per external system.
+
+Adapters implement these for real (libvirt, files, git, a forge's HTTP API); ``tests/fakes``
+implements them in memory, with injectable faults, so the engine's logic is tested in
+milliseconds. Every method raises only the project's errors (``reconciler.errors``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from reconciler.model.base import Frozen
+from reconciler.model.plan import Move
+from reconciler.model.snapshot import ReconcilerState, Snapshot
+from reconciler.model.status import ReconcileStatus
+
+
+class Observer(Protocol):
+    def observe(self) -> Snapshot:
+        """Every host of the cluster and its VMs; an unreachable host is in it, unknown."""
+        ...
+
+    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
+        """A fresh look at only ``hosts`` (the two ends of a move), as a Snapshot of them."""
+        ...
+
+
+class MigrationProgress(Frozen):
+    """One reading of a running migration's job."""
+
+    vm: str
+    elapsed: float = 0.0
+    data_total: int = 0
+    data_processed: int = 0
+    data_remaining: int = 0
+    bytes_per_second: float = 0.0
+
+
+class MigrationResult(Frozen):
+    """What a migration ended as, after looking at both hosts (not only at the exception)."""
+
+    vm: str
+    source: str
+    target: str
+    succeeded: bool
+    aborted: bool = False
+    error: str | None = None
+    running_on: list[str] = []
+    """Hosts the VM was found running on afterwards (exactly one when all is well)."""
+    paused_on: list[str] = []
+    """Hosts the VM was found paused on afterwards and could not be resumed."""
+    seconds: float = 0.0
+    downtime_ms: float | None = None
+    data_bytes: int | None = None
+
+
+class Migrator(Protocol):
+    def migrate(
+        self,
+        move: Move,
+        *,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+    ) -> MigrationResult:
+        """Live-migrate ``move.vm`` from its source to its target and verify where it runs.
+
+        Blocks until the job ends; setting ``abort`` aborts the job (the VM stays on the
+        source). Never raises for a failed migration: the result says what happened.
+        """
+        ...
+
+
+class DomainRecorder(Protocol):
+    def record(self, host: str, vm: str, state: ReconcilerState) -> None:
+        """Write the reconciler's record on domain ``vm`` of ``host``, keeping its labels."""
+        ...
+
+
+class StatusStore(Protocol):
+    def load(self) -> ReconcileStatus | None:
+        """The status written by the last round, or None before the first round."""
+        ...
+
+    def save(self, status: ReconcileStatus) -> None:
+        """Replace the status, atomically."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+class Lease(Protocol):
+    def acquire(self) -> bool:
+        """Take or renew the right to act on the cluster; False when another holder has it."""
+        ...
+
+    def holder(self) -> str | None:
+        """Who holds it now, for messages."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class PlacementWriter(Protocol):
+    def write_placement(self, vms: dict[str, str]) -> bool:
+        """Set these VMs' desired hosts in placement.yaml (minimal edit); True if it changed."""
+        ...
