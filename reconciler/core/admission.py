@@ -6,12 +6,14 @@ progress. Each move gets one verdict:
 
 - ``admit``: start it now;
 - ``wait``: valid, but a limit is full (``parallel.cluster``, ``maxOutbound``, ``maxInbound``,
-  a disruptionBudget) or the room or rule it needs is being freed by a move in progress;
+  a disruptionBudget) or the room or rule it needs is being freed by a move in progress or by
+  an earlier move of the list that has not started;
 - ``skip``: stale, never forced: the VM is gone, shut off, moved by someone else, in flight,
   unmigratable; a host is unreachable or in maintenance; the target is full or a required
   rule would break even after every move in progress ends.
 
-Moves earlier in the list that are admitted count as started for the later ones. The members
+Moves earlier in the list that are admitted count as started for the later ones; those that
+wait count as planned: a later move may rely on them for staleness, not for starting. The members
 of one required affinity group that move together (same rule, same wave) are judged together:
 the rule is checked before and after the group, not between its members.
 """
@@ -81,11 +83,14 @@ def admit(
         sightings.setdefault(vm.name, []).append(vm)
     in_flight = {f.name for f in snapshot.in_flight}
 
-    # ``done``: every running move finished. A move that needs what a running one frees waits.
-    done = state.copy()
+    # ``future``: every running move and every earlier move still planned has happened; a
+    # move refused there is stale. ``current``: only what runs or was just admitted; a move
+    # refused there waits for a migration in progress or for an earlier planned move.
+    future, current = state.copy(), state.copy()
     limits = _Limits(desired, model)
     for m in in_progress:
-        _apply(done, model, m)
+        _apply(future, model, m)
+        _apply(current, model, m)
         limits.take(m)
 
     out: list[Admission] = []
@@ -96,27 +101,28 @@ def admit(
             continue
         v, t = model.vm_index[m.vm], model.host_index[m.target]
         group = _group_of(m, moves[i + 1 :])
-        refusal = _refusal(done, model, v, t, group)
+        refusal = _refusal(future, model, v, t, group)
         if refusal is not None:
             code, text = refusal
             out.append(Admission(move=m, verdict=Verdict.SKIP, code=code, message=text))
             continue
+        _apply(future, model, m)
         full = limits.full(m)
         if full is not None:
             out.append(Admission(move=m, verdict=Verdict.WAIT, code=AdmitCode.LIMIT, message=full))
             continue
-        waiting = _refusal(_still_running(done, model, v, t, in_progress), model, v, t, group)
+        waiting = _refusal(_still_running(current, model, v, t, in_progress), model, v, t, group)
         if waiting is not None:
             out.append(
                 Admission(
                     move=m,
                     verdict=Verdict.WAIT,
                     code=AdmitCode.DEPENDS_ON_RUNNING,
-                    message=f"waits for a migration in progress: {waiting[1]}",
+                    message=f"waits for an earlier move: {waiting[1]}",
                 )
             )
             continue
-        _apply(done, model, m)
+        _apply(current, model, m)
         limits.take(m)
         out.append(
             Admission(move=m, verdict=Verdict.ADMIT, code=AdmitCode.ADMITTED, message="admitted")

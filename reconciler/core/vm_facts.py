@@ -26,10 +26,11 @@ def age_of(vm: VmState, history: History, taken_at: datetime, now: datetime) -> 
     if since is None:
         return None
     first = vm.reconciler.first_seen
-    if first is None:
-        first = history.last_round_at
-        if first is None:
+    if first is None:  # not stamped yet: there at the first round, or appeared after the last
+        last = history.last_round_at
+        if last is None or last < since:
             return None
+        return max(timedelta(0), now - last)
     if first <= since:
         return None
     return max(timedelta(0), now - first)

@@ -107,7 +107,8 @@ class ReconcileStatus(Frozen):
         return History(
             imbalance_rounds=dict(self.imbalance_rounds),
             observed_since=self.observed_since,
-            last_round_at=self.last_observed_at,
+            # rounds before the first complete observation stamped no VM: they do not count
+            last_round_at=self.last_observed_at if self.observed_since is not None else None,
         )
 
 

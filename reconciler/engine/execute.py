@@ -1,0 +1,304 @@
+"""Executing a plan's moves: a streaming queue within every limit, safe under faults.
+
+A free slot starts the next admissible move at once; waves are not run as blocks. Before a
+move starts, ``admit`` judges it against a fresh look at its two hosts and the moves running:
+stale moves are skipped with their reason, never forced; moves over a limit or needing room a
+running or earlier move frees wait. No VM is migrated twice in one execution. After each
+migration the VM's record (last move, or last failure) is written on the domain where it runs,
+so a restarted or second reconciler sees it.
+
+Stopping (``stop`` set, e.g. on SIGTERM) starts nothing more and lets running migrations end;
+``abort`` also aborts them (the VMs stay on their sources).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime
+
+from reconciler.core.admission import Verdict, admit
+from reconciler.engine.ports import (
+    Clock,
+    DomainRecorder,
+    MigrationProgress,
+    MigrationResult,
+    Migrator,
+    Observer,
+)
+from reconciler.errors import ReconcilerError
+from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Move
+from reconciler.model.snapshot import FailedMove, Snapshot
+from reconciler.model.status import MoveOutcome, MoveResult
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+"""How often the queue wakes while migrations run, to notice a stop request."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """What the executor tells the one watching: ``kind`` is start, progress, done or skip."""
+
+    kind: str
+    move: Move
+    progress: MigrationProgress | None = None
+    result: MoveResult | None = None
+
+
+@dataclass
+class Ports:
+    observer: Observer
+    migrator: Migrator
+    recorder: DomainRecorder
+    clock: Clock
+
+
+def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
+    """``base`` with the hosts of ``fresh`` (and their VMs) replaced by what ``fresh`` saw."""
+    seen = {h.name for h in fresh.hosts}
+    hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
+    vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
+    return base.model_copy(
+        update={"hosts": hosts, "vms": vms, "taken_at": fresh.taken_at, "in_flight": []}
+    )
+
+
+class Execution:
+    """One execution of a list of moves; ``run()`` returns a result per move."""
+
+    def __init__(
+        self,
+        desired: DesiredState,
+        snapshot: Snapshot,
+        moves: Sequence[Move],
+        ports: Ports,
+        *,
+        plan_id: str,
+        stop: threading.Event,
+        abort: threading.Event,
+        on_event: Callable[[Event], None] = lambda e: None,
+    ) -> None:
+        self.desired = desired
+        self.snapshot = snapshot
+        self.pending = _first_per_vm(moves)
+        self.ports = ports
+        self.plan_id = plan_id
+        self.stop = stop
+        self.abort = abort
+        self.on_event = on_event
+        self.results: dict[str, MoveResult] = {}
+        self.started_at: dict[str, datetime] = {}
+        self._waiting: dict[str, str] = {}
+
+    def run(self) -> list[MoveResult]:
+        order = [m.vm for m in self.pending]
+        parallel = max(1, self.desired.policy.spec.parallel.cluster)
+        running: dict[Future[MigrationResult], Move] = {}
+        changed = True  # limits and room change only when a migration ends
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
+            while self.pending or running:
+                if self.stop.is_set():
+                    for m in self.pending:
+                        self._skip(m, "Interrupted", "not started: the run was interrupted")
+                    self.pending = []
+                elif changed:
+                    for m in self._admitted(list(running.values())):
+                        self._start(pool, running, m)
+                if not running:
+                    if self.pending:  # nothing runs and nothing may start: it never will
+                        for m, why in self._blocked():
+                            self._skip(m, "Blocked", why)
+                        self.pending = []
+                    break
+                done, _ = wait(list(running), timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+                for future in done:
+                    self._finish(running.pop(future), future)
+                changed = bool(done)
+        return [self.results[vm] for vm in order if vm in self.results]
+
+    # --- admission ------------------------------------------------------------------------
+
+    def _fresh(self, hosts: set[str]) -> Snapshot:
+        try:
+            fresh = self.ports.observer.observe_hosts(sorted(hosts))
+        except ReconcilerError as err:
+            log.warning("fresh look at %s failed: %s", ", ".join(sorted(hosts)), err)
+            return self.snapshot
+        self.snapshot = merged(self.snapshot, fresh)
+        return self.snapshot
+
+    def _admitted(self, running: list[Move]) -> list[Move]:
+        """Pending moves that may start now; stale ones are skipped on the way."""
+        if not self.pending:
+            return []
+        hosts = {h for m in self.pending for h in (m.source, m.target)}
+        hosts |= {h for m in running for h in (m.source, m.target)}
+        snapshot = self._fresh(hosts)
+        verdicts = admit(self.desired, snapshot, self.pending, running, self.ports.clock.now())
+        start: list[Move] = []
+        keep: list[Move] = []
+        for a in verdicts:
+            if a.verdict is Verdict.SKIP:
+                self._skip(a.move, a.code.value, a.message)
+            elif a.verdict is Verdict.ADMIT:
+                start.append(a.move)
+            else:
+                keep.append(a.move)
+        self.pending = keep
+        self._waiting = {a.move.vm: a.message for a in verdicts if a.verdict is Verdict.WAIT}
+        return start
+
+    def _blocked(self) -> list[tuple[Move, str]]:
+        return [(m, f"could not start: {self._waiting.get(m.vm, 'blocked')}") for m in self.pending]
+
+    # --- running --------------------------------------------------------------------------
+
+    def _start(
+        self,
+        pool: ThreadPoolExecutor,
+        running: dict[Future[MigrationResult], Move],
+        m: Move,
+    ) -> None:
+        log.info(
+            "migrating %s from %s to %s (%s%s)",
+            m.vm,
+            m.source,
+            m.target,
+            m.reason.value,
+            f", rule {m.rule}" if m.rule else "",
+            extra={"vm": m.vm, "plan_id": self.plan_id},
+        )
+        self.started_at[m.vm] = self.ports.clock.now()
+        self.on_event(Event("start", m))
+
+        def progress(p: MigrationProgress) -> None:
+            self.on_event(Event("progress", m, progress=p))
+
+        future = pool.submit(self.ports.migrator.migrate, m, on_progress=progress, abort=self.abort)
+        running[future] = m
+
+    def _finish(self, m: Move, future: Future[MigrationResult]) -> None:
+        try:
+            r = future.result()
+        except Exception as err:  # a migrator must not raise; if it does, the VM is unknown
+            log.exception("migration of %s raised", m.vm)
+            r = MigrationResult(
+                vm=m.vm, source=m.source, target=m.target, succeeded=False, error=str(err)
+            )
+        now = self.ports.clock.now()
+        outcome = (
+            MoveOutcome.SUCCEEDED
+            if r.succeeded
+            else MoveOutcome.ABORTED
+            if r.aborted
+            else MoveOutcome.FAILED
+        )
+        detail = m.detail if r.succeeded else (r.error or "failed")
+        if r.succeeded and r.error:
+            detail = f"{m.detail} (the client reported {r.error!r}, but the VM runs on {m.target})"
+        if len(r.running_on) > 1 or r.paused_on:
+            detail += f"; found running on {r.running_on}, paused on {r.paused_on}"
+        result = MoveResult(
+            vm=m.vm,
+            source=m.source,
+            target=m.target,
+            outcome=outcome,
+            reason=m.reason.value,
+            detail=detail,
+            started_at=self.started_at.get(m.vm),
+            seconds=r.seconds or None,
+            downtime_ms=r.downtime_ms,
+            data_bytes=r.data_bytes,
+        )
+        self.results[m.vm] = result
+        log.info(
+            "%s %s: %s -> %s: %s",
+            outcome.value,
+            m.vm,
+            m.source,
+            m.target,
+            detail,
+            extra={"vm": m.vm, "plan_id": self.plan_id},
+        )
+        self._record(m, r, now)
+        self._note_where(m, r)
+        self.on_event(Event("done", m, result=result))
+
+    def _record(self, m: Move, r: MigrationResult, now: datetime) -> None:
+        """The move, or its failure, on the domain where the VM runs now."""
+        old = next((v.reconciler for v in self.snapshot.vms if v.name == m.vm), None)
+        if old is None:
+            return
+        if r.succeeded:
+            host = m.target
+            state = old.model_copy(
+                update={
+                    "last_moved_at": now,
+                    "last_moved_from": m.source,
+                    "last_moved_to": m.target,
+                    "last_plan_id": self.plan_id,
+                    "moves": old.moves + 1,
+                }
+            )
+        else:
+            host = r.running_on[0] if r.running_on else m.source
+            failure = FailedMove(
+                at=now,
+                source=m.source,
+                target=m.target,
+                plan_id=self.plan_id,
+                error=r.error or ("aborted" if r.aborted else "failed"),
+            )
+            state = old.model_copy(update={"last_failure": failure})
+        try:
+            self.ports.recorder.record(host, m.vm, state)
+        except ReconcilerError as err:
+            log.warning("could not record the move of %s on %s: %s", m.vm, host, err)
+
+    def _note_where(self, m: Move, r: MigrationResult) -> None:
+        """Keep the working snapshot's idea of where the VM runs in step with the result."""
+        if not r.running_on:
+            return
+        host = r.running_on[0]
+        vms = [
+            v.model_copy(update={"host": host}) if v.name == m.vm else v for v in self.snapshot.vms
+        ]
+        self.snapshot = self.snapshot.model_copy(update={"vms": vms})
+
+    def _skip(self, m: Move, code: str, message: str) -> None:
+        log.info(
+            "skipped %s: %s -> %s: %s (%s)",
+            m.vm,
+            m.source,
+            m.target,
+            message,
+            code,
+            extra={"vm": m.vm, "plan_id": self.plan_id},
+        )
+        result = MoveResult(
+            vm=m.vm,
+            source=m.source,
+            target=m.target,
+            outcome=MoveOutcome.SKIPPED,
+            reason=code,
+            detail=message,
+        )
+        self.results[m.vm] = result
+        self.on_event(Event("skip", m, result=result))
+
+
+def _first_per_vm(moves: Sequence[Move]) -> list[Move]:
+    """The moves in plan order (the order the planner checked them in), one per VM."""
+    seen: set[str] = set()
+    out = []
+    for m in moves:
+        if m.vm not in seen:
+            seen.add(m.vm)
+            out.append(m)
+    return out

@@ -1,0 +1,267 @@
+"""An in-memory cluster behind the engine's ports, with injectable faults.
+
+``FakeCluster`` is at once the Observer, the Migrator and the DomainRecorder of the engine: it
+holds hosts and domains, answers observations from them, moves domains when asked to migrate
+and keeps each domain's reconciler record. Faults are injected by name:
+
+- ``fail_next(vm, error)``: the next migration of ``vm`` fails; the VM stays on its source;
+- ``fail_after_copy(vm)``: the migration raises on the client side although the VM did arrive
+  (the case Nova and Ganeti got wrong): the result must still say where it runs;
+- ``unreachable(host)``: the host stops answering observations and migrations;
+- ``stop_vm(vm)``: the VM is shut off (a move waiting in the queue must be skipped);
+- ``on_migrate``: a hook run while a migration is in progress (to inject faults mid-move).
+
+Every migration is logged in ``migrations`` with the moves running at its start, so tests can
+check that no limit was ever exceeded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from reconciler.engine.ports import MigrationProgress, MigrationResult
+from reconciler.errors import HostUnreachable
+from reconciler.model.plan import Move
+from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
+from reconciler.model.status import ReconcileStatus
+
+GIB = 1024**3
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeVm:
+    name: str
+    host: str
+    vcpus: int = 2
+    memory: int = 4 * GIB
+    cpu_used: float = 0.5
+    labels: dict[str, str] = field(default_factory=dict)
+    state: VmRunState = VmRunState.RUNNING
+    record: ReconcilerState = field(default_factory=ReconcilerState)
+    migratable: bool = True
+
+
+@dataclass
+class FakeHost:
+    name: str
+    cpus: int = 16
+    memory: int = 64 * GIB
+    arch: str = "x86_64"
+    reachable: bool = True
+
+
+class FakeClock:
+    """A clock that moves only when told to (or by ``tick`` on every reading)."""
+
+    def __init__(self, start: datetime = T0, tick: timedelta = timedelta(0)) -> None:
+        self.current = start
+        self.tick = tick
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            value = self.current
+            self.current += self.tick
+            return value
+
+    def advance(self, delta: timedelta) -> None:
+        with self._lock:
+            self.current += delta
+
+
+def _result(move: Move, **fields: Any) -> MigrationResult:
+    return MigrationResult(vm=move.vm, source=move.source, target=move.target, **fields)
+
+
+class FakeCluster:
+    def __init__(
+        self,
+        name: str,
+        hosts: Sequence[FakeHost],
+        vms: Sequence[FakeVm],
+        clock: FakeClock | None = None,
+        migration_seconds: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.hosts = {h.name: h for h in hosts}
+        self.vms = {v.name: v for v in vms}
+        self.clock = clock or FakeClock()
+        self.migration_seconds = migration_seconds
+        self.lock = threading.Lock()
+        self.running: list[Move] = []
+        self.migrations: list[tuple[Move, list[Move]]] = []
+        """Every migration started, with the moves already running at its start."""
+        self.max_running = 0
+        self.records: list[tuple[str, str, ReconcilerState]] = []
+        self.observations = 0
+        self._fail: dict[str, str] = {}
+        self._lie: set[str] = set()
+        self.on_migrate: Callable[[Move], None] | None = None
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def fail_next(self, vm: str, error: str = "migration refused by the target") -> None:
+        self._fail[vm] = error
+
+    def fail_after_copy(self, vm: str) -> None:
+        self._lie.add(vm)
+
+    def unreachable(self, host: str, value: bool = True) -> None:
+        self.hosts[host].reachable = not value
+
+    def stop_vm(self, vm: str) -> None:
+        self.vms[vm].state = VmRunState.SHUTOFF
+
+    # --- Observer -------------------------------------------------------------------------
+
+    def _host_state(self, h: FakeHost) -> HostState:
+        if not h.reachable:
+            return HostState(name=h.name, uri=f"fake://{h.name}", reachable=False, error="down")
+        return HostState(
+            name=h.name,
+            uri=f"fake://{h.name}",
+            reachable=True,
+            arch=h.arch,
+            cpus=h.cpus,
+            memory_total=h.memory,
+        )
+
+    def _vm_state(self, v: FakeVm) -> VmState:
+        return VmState(
+            name=v.name,
+            uuid=f"uuid-{v.name}",
+            host=v.host,
+            state=v.state,
+            vcpus=v.vcpus,
+            memory_max=v.memory,
+            memory_current=v.memory,
+            memory_used=v.memory,
+            cpu_used=v.cpu_used,
+            labels=dict(v.labels),
+            reconciler=v.record,
+            migratable=v.migratable and v.state is VmRunState.RUNNING,
+        )
+
+    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
+        with self.lock:
+            self.observations += 1
+            wanted = [self.hosts[h] for h in hosts if h in self.hosts]
+            up = {h.name for h in wanted if h.reachable}
+            return Snapshot(
+                cluster=self.name,
+                taken_at=self.clock.now(),
+                hosts=[self._host_state(h) for h in wanted],
+                vms=[self._vm_state(v) for v in self.vms.values() if v.host in up],
+            )
+
+    def observe(self) -> Snapshot:
+        return self.observe_hosts(sorted(self.hosts))
+
+    # --- Migrator -------------------------------------------------------------------------
+
+    def migrate(
+        self,
+        move: Move,
+        *,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+    ) -> MigrationResult:
+        with self.lock:
+            self.migrations.append((move, list(self.running)))
+            self.running.append(move)
+            self.max_running = max(self.max_running, len(self.running))
+        try:
+            return self._migrate(move, on_progress, abort)
+        finally:
+            with self.lock:
+                self.running.remove(move)
+
+    def _migrate(
+        self,
+        move: Move,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+    ) -> MigrationResult:
+        vm = self.vms.get(move.vm)
+        on_progress(MigrationProgress(vm=move.vm, data_total=move.memory))
+        if self.on_migrate is not None:
+            self.on_migrate(move)
+        if self.migration_seconds:
+            abort.wait(self.migration_seconds)
+        if abort.is_set():
+            return _result(
+                move, succeeded=False, aborted=True, error="aborted", running_on=[move.source]
+            )
+        with self.lock:
+            error = self._fail.pop(move.vm, None)
+            if vm is None or vm.host != move.source:
+                return _result(move, succeeded=False, error="domain not found")
+            if not self.hosts[move.target].reachable:
+                error = error or f"cannot connect to {move.target}"
+            if vm.state is not VmRunState.RUNNING:
+                error = error or "domain is not running"
+            if error is not None:
+                return _result(move, succeeded=False, error=error, running_on=[vm.host])
+            vm.host = move.target
+        on_progress(
+            MigrationProgress(vm=move.vm, data_total=move.memory, data_processed=move.memory)
+        )
+        lied = move.vm in self._lie
+        self._lie.discard(move.vm)
+        return _result(
+            move,
+            succeeded=True,
+            error="client connection reset after the copy" if lied else None,
+            running_on=[move.target],
+            seconds=self.migration_seconds,
+            downtime_ms=12.0,
+            data_bytes=move.memory,
+        )
+
+    # --- DomainRecorder -------------------------------------------------------------------
+
+    def record(self, host: str, vm: str, state: ReconcilerState) -> None:
+        with self.lock:
+            v = self.vms.get(vm)
+            if v is None or v.host != host or not self.hosts[host].reachable:
+                raise HostUnreachable(f"cannot record on {vm} at {host}")
+            v.record = state
+            self.records.append((host, vm, state))
+
+    # --- checks ---------------------------------------------------------------------------
+
+    def hosts_of(self) -> dict[str, str]:
+        return {v.name: v.host for v in self.vms.values()}
+
+
+class MemoryStatusStore:
+    """A StatusStore in memory; ``saves`` counts how often a round wrote it."""
+
+    def __init__(self) -> None:
+        self.status: ReconcileStatus | None = None
+        self.saves = 0
+
+    def load(self) -> ReconcileStatus | None:
+        return self.status
+
+    def save(self, status: ReconcileStatus) -> None:
+        self.status = status
+        self.saves += 1
+
+
+class MemoryPlacementWriter:
+    def __init__(self, placement: dict[str, str] | None = None) -> None:
+        self.placement = dict(placement or {})
+        self.writes: list[dict[str, str]] = []
+
+    def write_placement(self, vms: dict[str, str]) -> bool:
+        changed = {k: v for k, v in vms.items() if self.placement.get(k) != v}
+        if changed:
+            self.placement.update(changed)
+            self.writes.append(changed)
+        return bool(changed)
