@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from reconciler.adapters import libvirt_lab
+from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.libvirt_observer import observe_cluster
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster, ClusterSpec, Host

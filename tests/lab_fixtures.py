@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters import libvirt_lab
-from reconciler.adapters.libvirt_lab import Lab
+from reconciler.adapters import lab as lab_api
+from reconciler.adapters.lab import Lab
 from reconciler.config import load_desired
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster
@@ -24,7 +24,7 @@ from reconciler.model.cluster import Cluster
 def start_lab_or_skip(directory: Path, **kwargs: object) -> Lab:
     """``start_lab``, or skip the test with LabError's message where the lab cannot run."""
     try:
-        return libvirt_lab.start_lab(directory, **kwargs)  # type: ignore[arg-type]
+        return lab_api.start_lab(directory, **kwargs)  # type: ignore[arg-type]
     except LabError as err:
         pytest.skip(f"the libvirt lab cannot start on this machine: {err}")
 
@@ -40,9 +40,9 @@ def pid_alive(pid: int) -> bool:
 
 def stop_and_check(directory: Path) -> None:
     """Stop the lab in ``directory``; fail if one of its processes survives or its folder stays."""
-    pids = libvirt_lab.lab_processes(directory)
+    pids = lab_api.lab_processes(directory)
     assert pids, "a running lab has processes"
-    libvirt_lab.stop_lab(directory)
+    lab_api.stop_lab(directory)
     deadline = time.monotonic() + 5
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)

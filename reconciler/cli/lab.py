@@ -38,7 +38,7 @@ def register(sub: Subparsers) -> None:
 
 def _run_lab(args: argparse.Namespace) -> int:
     # imported here so that commands without libvirt work where it is not installed
-    from reconciler.adapters import libvirt_lab
+    from reconciler.adapters import lab as libvirt_lab
 
     if args.lab_action == "up":
         lab = libvirt_lab.start_lab(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.adapters.domain_metadata import render_metadata
-from reconciler.adapters.libvirt_lab import node_xml, write_node_files
+from reconciler.adapters.lab import node_xml, write_node_files
 from reconciler.adapters.libvirt_observer import observe_cluster
 from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot
 from reconciler.model.base import API_VERSION, Metadata

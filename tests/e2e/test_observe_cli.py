@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.libvirt_lab import Lab
+from reconciler.adapters.lab import Lab
 from reconciler.adapters.snapshot_file import load_snapshot
 from reconciler.cli import main
 

@@ -1,11 +1,13 @@
 """One lab host: runs ``libvirtd`` in the private mount namespace ``unshare`` made for it.
 
-Started by ``libvirt_lab`` as ``python -I lab_host.py HOST_DIR LIBVIRTD`` under
-``setsid -f unshare --mount --propagation private``; standard library only, since it runs as a
-plain script. It bind-mounts the host's own folders over libvirt's state paths (and a passwd
-with a ``libvirt-qemu`` user over ``/etc/passwd``), becomes a child subreaper so the QEMUs
-libvirtd double-forks are reaped at once (a slow PID 1 otherwise delays every destroy and
-migration), then runs libvirtd in the foreground and forwards SIGTERM/SIGINT to it.
+Started by the lab's qemu driver (``qemu.launch``) as ``python -I lab_host.py HOST_DIR
+LIBVIRTD`` under ``setsid -f unshare --mount --propagation private``; standard library only,
+since it runs as a plain script. It bind-mounts the host's own folders over libvirt's state
+paths (and a passwd with a ``libvirt-qemu`` user over ``/etc/passwd``), becomes a child
+subreaper so the QEMUs libvirtd double-forks are reaped at once (a slow PID 1 otherwise delays
+every destroy and migration), then runs libvirtd in the foreground and forwards SIGTERM/SIGINT
+to it. When libvirtd dies it keeps reaping the QEMUs until none is left, so a daemon started
+again by ``start_host`` finds them running.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
-from reconciler.adapters import libvirt_lab
-from reconciler.adapters.libvirt_lab import Lab, lab_layout
+from reconciler.adapters import lab as lab_api
+from reconciler.adapters.lab import Lab, lab_layout, qemu
 from reconciler.adapters.libvirt_observer import observe_cluster
 from reconciler.config import load_desired
 from reconciler.errors import LabError
@@ -41,7 +42,7 @@ def test_more_vms_are_numbered() -> None:
 def test_not_root_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(LabError, match="root") as info:
-        libvirt_lab.check_requirements()
+        lab_api.check_requirements()
     assert "--driver test" in (info.value.hint or "")
 
 
@@ -57,14 +58,14 @@ def test_missing_binary_names_the_package(
     monkeypatch: pytest.MonkeyPatch, missing: str, package: str
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    real = libvirt_lab._which
+    real = qemu._which
     monkeypatch.setattr(
-        libvirt_lab, "_which", lambda name, *extra: None if name == missing else real(name, *extra)
+        qemu, "_which", lambda name, *extra: None if name == missing else real(name, *extra)
     )
     if missing != "libvirtd" and real("libvirtd", "/usr/sbin") is None:
         pytest.skip("libvirtd is missing here too")
     with pytest.raises(LabError, match=missing) as info:
-        libvirt_lab.check_requirements()
+        lab_api.check_requirements()
     assert package in (info.value.hint or "")
 
 
@@ -72,7 +73,7 @@ def test_lab_error_becomes_a_visible_skip(monkeypatch: pytest.MonkeyPatch, tmp_p
     def refuse(*_: object, **__: object) -> Lab:
         raise LabError("no libvirtd here", hint="apt-get install libvirt-daemon")
 
-    monkeypatch.setattr(libvirt_lab, "start_lab", refuse)
+    monkeypatch.setattr(lab_api, "start_lab", refuse)
     with pytest.raises(pytest.skip.Exception, match="no libvirtd here.*apt-get install"):
         start_lab_or_skip(tmp_path / "lab")
 
@@ -80,13 +81,13 @@ def test_lab_error_becomes_a_visible_skip(monkeypatch: pytest.MonkeyPatch, tmp_p
 def test_too_deep_a_folder_is_refused(tmp_path: Path) -> None:
     deep = tmp_path / ("x" * 90)
     with pytest.raises(LabError, match="too deep|root|not installed"):
-        libvirt_lab.start_lab(deep)
+        lab_api.start_lab(deep)
     assert not (deep / "lab.json").exists()
 
 
 def test_test_driver_lab_up_status_down(tmp_path: Path) -> None:
     directory = tmp_path / "lab"
-    lab = libvirt_lab.start_lab(directory, driver="test")
+    lab = lab_api.start_lab(directory, driver="test")
     assert lab.driver == "test"
     assert not lab.already_up
     desired = load_desired(lab.cluster_dir)
@@ -101,34 +102,46 @@ def test_test_driver_lab_up_status_down(tmp_path: Path) -> None:
         0,
     )
     assert "<memballoon model='virtio'/>" in Path(lab.hosts[0].path).read_text()
-    again = libvirt_lab.start_lab(directory, driver="test")
+    again = lab_api.start_lab(directory, driver="test")
     assert again.already_up
-    status = libvirt_lab.lab_status(directory)
+    status = lab_api.lab_status(directory)
     assert all(h.up for h in status.hosts)
     assert sorted(v.name for v in status.vms) == sorted(v.name for v in lab.vms)
     snap = observe_cluster(desired.cluster, sample_interval=0)
     assert {(v.name, v.host) for v in snap.vms} == {(v.name, v.host) for v in lab.vms}
     assert {v.name: v.labels for v in snap.vms}["db-1"] == {"role": "db"}
-    libvirt_lab.stop_lab(directory)
+    lab_api.stop_lab(directory)
     assert not directory.exists()
     with pytest.raises(LabError, match="no lab"):
-        libvirt_lab.lab_status(directory)
+        lab_api.lab_status(directory)
 
 
 def test_folder_that_is_not_a_lab_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "precious.txt").write_text("keep")
     with pytest.raises(LabError, match="not a lab folder"):
-        libvirt_lab.start_lab(tmp_path, driver="test")
+        lab_api.start_lab(tmp_path, driver="test")
     assert (tmp_path / "precious.txt").exists()
 
 
-def test_policy_overrides_keep_comments() -> None:
-    text = "kind: BalancePolicy\nspec:\n  basis: used   # how\n  threshold: 20\n"
-    out = libvirt_lab.lab_policy_text(text)
-    assert "  basis: allocated # how\n" in out or "  basis: allocated  # how" in out
-    assert "  holdRounds: 1\n" in out
-    assert "  minUptime: 0s\n" in out
-    assert "threshold: 20" in out
+def test_policy_overrides_say_why_and_keep_other_comments() -> None:
+    text = "kind: BalancePolicy\nspec:\n  basis: used   # how\n  threshold: 20  # when\n"
+    out = lab_api.lab_policy_text(text)
+    lines = out.splitlines()
+    assert lines[0:2] == ["kind: BalancePolicy", "spec:"]
+    assert "  threshold: 20  # when" in lines
+    by_key = {line.split(":")[0].strip(): line for line in lines[2:]}
+    assert by_key["basis"].startswith("  basis: allocated # lab: ")
+    assert "# how" not in out
+    assert by_key["holdRounds"].startswith("  holdRounds: 1  # lab: one round, to demonstrate")
+    assert "keep 2 on real hosts" in by_key["holdRounds"]
+    assert by_key["minUptime"].startswith("  minUptime: 0s  # lab: ")
+    data = yaml.safe_load(out)
+    assert data["spec"] == {
+        "basis": "allocated",
+        "holdRounds": 1,
+        "minUptime": "0s",
+        "threshold": 20,
+    }
 
 
 @pytest.mark.lab
@@ -160,10 +173,10 @@ def test_lab_runs_real_vms(lab: Lab, lab_cluster: Cluster) -> None:
 @pytest.mark.lab
 def test_lab_status_and_second_up(lab: Lab) -> None:
     directory = Path(lab.dir)
-    status = libvirt_lab.lab_status(directory)
+    status = lab_api.lab_status(directory)
     assert [h.up for h in status.hosts] == [True, True, True]
     assert all(h.pid for h in status.hosts)
     assert sorted((v.name, v.state) for v in status.vms) == sorted(
         (v.name, "running") for v in lab.vms
     )
-    assert libvirt_lab.start_lab(directory).already_up
+    assert lab_api.start_lab(directory).already_up

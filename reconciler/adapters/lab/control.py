@@ -1,0 +1,118 @@
+"""``start_lab``, ``stop_lab`` and ``lab_status``: the lab as a whole, for either driver."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from reconciler.adapters.lab import processes, qemu
+from reconciler.adapters.lab.cluster_folder import write_cluster_state
+from reconciler.adapters.lab.layout import lab_layout
+from reconciler.adapters.lab.state import (
+    DEFAULT_DIR,
+    MAX_QEMU_HOSTS,
+    MAX_VMS,
+    Driver,
+    HostStatus,
+    Lab,
+    LabStatus,
+    VmStatus,
+    read_lab,
+    require_lab,
+    write_state,
+)
+from reconciler.adapters.lab.testdriver import start_test_lab
+from reconciler.errors import LabError
+
+
+def start_lab(
+    directory: Path = DEFAULT_DIR,
+    *,
+    hosts: int = 3,
+    vms: int = 8,
+    driver: Driver = "qemu",
+    recreate: bool = False,
+) -> Lab:
+    """Start a lab of ``hosts`` hosts and ``vms`` VMs in ``directory`` and write its folder.
+
+    When a lab already runs there it is left alone (``Lab.already_up``), unless ``recreate``
+    stops it first. ``LabError`` says what is missing on this machine and how to fix it.
+    """
+    began = time.monotonic()
+    directory = directory.resolve()
+    if hosts < 1 or (driver == "qemu" and hosts > MAX_QEMU_HOSTS):
+        limit = MAX_QEMU_HOSTS if driver == "qemu" else "any"
+        raise LabError(f"a lab has 1 to {limit} hosts, not {hosts}", hint="change --hosts")
+    if not 0 <= vms <= MAX_VMS:
+        raise LabError(f"a lab has 0 to {MAX_VMS} VMs, not {vms}", hint="change --vms")
+    existing = read_lab(directory)
+    if existing is not None:
+        if not recreate and _lab_running(existing):
+            return replace(existing, already_up=True)
+        stop_lab(directory)
+    elif directory.exists() and any(directory.iterdir()):
+        raise LabError(
+            f"{directory} exists and is not a lab folder",
+            hint="choose another --dir or remove that folder",
+        )
+    layout = lab_layout(hosts, vms)
+    if driver == "test":
+        lab = start_test_lab(directory, hosts, layout)
+    else:
+        lab = qemu.start_qemu_lab(directory, hosts, layout)
+    write_cluster_state(lab)
+    lab = replace(lab, seconds=round(time.monotonic() - began, 3))
+    write_state(lab)
+    return lab
+
+
+def _lab_running(lab: Lab) -> bool:
+    if lab.driver == "test":
+        return all(Path(h.path).is_file() for h in lab.hosts)
+    return any(qemu.host_running(h) for h in lab.hosts)
+
+
+def stop_lab(directory: Path = DEFAULT_DIR) -> Lab:
+    """Stop the lab in ``directory``: its VMs, daemons and QEMUs (by pid file), then its folder.
+
+    Only processes the lab's pid files name, and whose command line confirms it, are stopped;
+    a frozen daemon is thawed first, a killed one leaves its QEMUs to stop by pid file.
+    """
+    directory = directory.resolve()
+    lab = require_lab(directory)
+    if lab.driver == "qemu":
+        processes.parallel(lab.hosts, qemu.stop_host)
+    shutil.rmtree(directory)
+    return lab
+
+
+def lab_status(directory: Path = DEFAULT_DIR) -> LabStatus:
+    """Each host of the lab in ``directory`` (up or down) and the VMs the running ones have.
+
+    A frozen host (its daemon stopped by ``freeze_host``) is down, and not asked for its VMs:
+    it would not answer.
+    """
+    directory = directory.resolve()
+    lab = require_lab(directory)
+    hosts: list[HostStatus] = []
+    vms: list[VmStatus] = []
+    for host in lab.hosts:
+        error = None
+        if lab.driver == "qemu":
+            pid = qemu.daemon_pid(host)
+            up = pid is not None
+            if pid is None:
+                error = "libvirtd is not running"
+            elif processes.stopped(pid):
+                up, error = False, f"libvirtd (pid {pid}) is frozen; thaw it with thaw_host"
+        else:
+            pid, up = None, Path(host.path).is_file()
+        if up and qemu.have_bindings():
+            try:
+                vms += qemu.host_vms(host)
+            except LabError as err:
+                up, error = False, err.message
+        hosts.append(HostStatus(host.name, host.uri, up, pid if up else None, error))
+    return LabStatus(dir=str(directory), driver=lab.driver, hosts=hosts, vms=vms)

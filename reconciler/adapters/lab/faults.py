@@ -1,0 +1,97 @@
+"""Faults of one lab host, for tests of what the reconciler does when a host fails.
+
+``kill_host`` ends a host's libvirtd with SIGKILL (a daemon that dies, mid-migration or not);
+its VMs keep running, as QEMUs do when a real libvirtd crashes. ``freeze_host`` stops the
+daemon with SIGSTOP: it still accepts connections but answers nothing (a hung host) until
+``thaw_host``. ``start_host`` starts a killed daemon again, which finds its running VMs.
+``stop_lab`` cleans up after any of them, a frozen host included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from pathlib import Path
+
+from reconciler.adapters.lab import processes, qemu
+from reconciler.adapters.lab.state import LabHost, require_lab
+from reconciler.errors import LabError
+
+
+def _qemu_host(directory: Path, name: str) -> LabHost:
+    lab = require_lab(directory)
+    if lab.driver != "qemu":
+        raise LabError(
+            f"the lab in {lab.dir} uses the test driver, which has no daemons to fail",
+            hint="start a lab with `reconciler lab up` (the qemu driver)",
+        )
+    return lab.host(name)
+
+
+def _running_daemon(host: LabHost) -> int:
+    pid = qemu.daemon_pid(host)
+    if pid is None:
+        raise LabError(
+            f"libvirtd of lab host {host.name} is not running", hint="start it with start_host"
+        )
+    return pid
+
+
+def kill_host(directory: Path, name: str) -> int:
+    """SIGKILL the libvirtd of host ``name`` and wait until it is gone; its pid."""
+    pid = _running_daemon(_qemu_host(directory, name))
+    processes.send(pid, signal.SIGKILL)
+    if not processes.wait_gone(pid, 5.0):
+        raise LabError(f"libvirtd of lab host {name} (pid {pid}) outlived SIGKILL")
+    return pid
+
+
+def freeze_host(directory: Path, name: str) -> int:
+    """SIGSTOP the libvirtd of host ``name``: its calls hang until ``thaw_host``; its pid."""
+    pid = _running_daemon(_qemu_host(directory, name))
+    processes.send(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5.0
+    while not processes.stopped(pid):
+        if time.monotonic() > deadline:
+            raise LabError(f"libvirtd of lab host {name} (pid {pid}) did not stop")
+        time.sleep(0.01)
+    return pid
+
+
+def thaw_host(directory: Path, name: str) -> bool:
+    """SIGCONT the libvirtd of host ``name``; False when it was not frozen."""
+    pid = _running_daemon(_qemu_host(directory, name))
+    if not processes.stopped(pid):
+        return False
+    processes.send(pid, signal.SIGCONT)
+    return True
+
+
+def start_host(directory: Path, name: str) -> bool:
+    """Start the libvirtd of host ``name`` again and wait until it answers.
+
+    A frozen daemon is thawed instead. The new daemon runs in a new mount namespace over the
+    same host folder, so it reconnects to the QEMUs that kept running. False when the daemon
+    was running already.
+    """
+    host = _qemu_host(directory, name)
+    if qemu.host_running(host):
+        return thaw_host(directory, name)
+    binaries = qemu.check_requirements()
+    hdir = Path(host.path)
+    old = processes.read_pid(hdir / "reaper.pid")
+    if processes.ours(old, "lab_host.py"):
+        # the old supervisor still reaps the QEMUs it adopted: keep it findable by stop_lab
+        (hdir / "reaper.pid").rename(hdir / f"reaper-{old}.pid")
+    for stale in [hdir / "libvirtd.pid", *(hdir / "sock").iterdir()]:
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    qemu.launch(host, binaries)
+    qemu.wait_up(host)
+    conn = qemu.connect_when_up(host)
+    try:
+        conn.listAllDomains(0)  # answers once the daemon has found its domains again
+    finally:
+        conn.close()
+    return True

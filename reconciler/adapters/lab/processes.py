@@ -1,0 +1,112 @@
+"""The lab's processes, found through its pid files and checked by command line before a signal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from ``/proc`` (``R``, ``S``, ``T``, ``Z``...), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def alive(pid: int | None) -> bool:
+    """True when ``pid`` runs and is not a zombie."""
+    if pid is None or pid <= 0:
+        return False
+    state = _proc_state(pid)
+    return state is not None and state != "Z"
+
+
+def stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped by a signal (SIGSTOP), as a frozen lab daemon is."""
+    return _proc_state(pid) == "T"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def ours(pid: int | None, marker: str) -> bool:
+    """``pid`` is alive and its command line contains ``marker`` (guards against pid reuse)."""
+    return pid is not None and alive(pid) and marker in _cmdline(pid)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def send(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def terminate(pid: int, marker: str, timeout: float = 5.0) -> None:
+    """SIGTERM ``pid`` if it is ours, SIGKILL it when it outlives ``timeout``.
+
+    A stopped process gets SIGCONT first: it would not act on SIGTERM while frozen.
+    """
+    if not ours(pid, marker):
+        return
+    send(pid, signal.SIGTERM)
+    send(pid, signal.SIGCONT)
+    if not wait_gone(pid, timeout):
+        send(pid, signal.SIGKILL)
+        wait_gone(pid, 2.0)
+
+
+def lab_processes(directory: Path) -> list[int]:
+    """Pids of the lab's processes still alive (daemons, reapers, QEMUs), from its pid files."""
+    found = set()
+    for pidfile in directory.resolve().glob("hosts/*/**/*.pid"):
+        pid = read_pid(pidfile)
+        if pid is not None and alive(pid):
+            found.add(pid)
+    return sorted(found)
+
+
+def parallel(items: list[T], work: Callable[[T], None]) -> None:
+    """Run ``work`` on every item in its own thread; re-raise the first failure."""
+    errors: list[BaseException] = []
+
+    def run(item: T) -> None:
+        try:
+            work(item)
+        except BaseException as err:  # re-raised in the caller's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
