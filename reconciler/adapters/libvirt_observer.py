@@ -30,7 +30,7 @@ import libvirt
 
 from reconciler.adapters.domain_metadata import parse_metadata_element
 from reconciler.adapters.domain_xml import domain_facts, migration_blockers
-from reconciler.errors import HostTimeout, HostUnreachable, ReconcilerError
+from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, ReconcilerError
 from reconciler.model.cluster import Cluster, Host
 from reconciler.model.snapshot import (
     HostState,
@@ -409,24 +409,88 @@ def _timeout_error(probe: _Probe, connect_timeout: float, call_timeout: float) -
     )
 
 
+@dataclass(frozen=True)
+class ObserveSettings:
+    """The observer's settings after the Cluster's ``spec.observe`` and explicit overrides."""
+
+    connect_timeout: float
+    call_timeout: float
+    sample_interval: float
+    shared_paths: tuple[str, ...]
+    concurrency: int | None
+
+
+def observe_settings(
+    cluster: Cluster,
+    *,
+    connect_timeout: float | None = None,
+    call_timeout: float | None = None,
+    sample_interval: float | None = None,
+    shared_paths: Sequence[str] = (),
+    concurrency: int | None = None,
+) -> ObserveSettings:
+    """``cluster.spec.observe`` with every argument that is not None in its place.
+
+    ``shared_paths`` adds to ``spec.sharedStorage`` (a prefix given on the command line is
+    shared storage too, it does not make the Cluster's ones local).
+    """
+    spec = cluster.spec.observe
+    out = ObserveSettings(
+        connect_timeout=(
+            spec.connect_timeout.total_seconds() if connect_timeout is None else connect_timeout
+        ),
+        call_timeout=spec.call_timeout.total_seconds() if call_timeout is None else call_timeout,
+        sample_interval=(
+            spec.sample_interval.total_seconds() if sample_interval is None else sample_interval
+        ),
+        shared_paths=tuple(dict.fromkeys([*cluster.spec.shared_storage, *shared_paths])),
+        concurrency=spec.concurrency if concurrency is None else concurrency,
+    )
+    for name, value in (
+        ("connect timeout", out.connect_timeout),
+        ("call timeout", out.call_timeout),
+    ):
+        if not value > 0:
+            raise ConfigError(f"the {name} must be more than 0 seconds, not {value:g}")
+    if not out.sample_interval >= 0:
+        raise ConfigError(f"the sample interval cannot be negative ({out.sample_interval:g})")
+    if out.concurrency is not None and out.concurrency < 1:
+        raise ConfigError(f"the concurrency must be at least 1, not {out.concurrency}")
+    return out
+
+
 def observe_cluster(
     cluster: Cluster,
     *,
-    connect_timeout: float = 5,
-    call_timeout: float = 10,
-    sample_interval: float = 0.5,
+    connect_timeout: float | None = None,
+    call_timeout: float | None = None,
+    sample_interval: float | None = None,
     shared_paths: Sequence[str] = (),
+    concurrency: int | None = None,
     now: datetime | None = None,
-    max_workers: int = MAX_WORKERS,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``, observed concurrently.
 
+    Settings come from ``cluster.spec.observe`` and ``cluster.spec.sharedStorage``; an
+    argument that is not None overrides its setting (``shared_paths`` adds prefixes).
     ``connect_timeout`` bounds opening each connection; ``call_timeout`` bounds all calls on
     one host after that (the ``sample_interval`` pause between the two CPU samples comes on
     top). A host past its deadline is reported unreachable with a timeout error.
-    ``shared_paths`` are path prefixes of storage every host mounts (disks under them do not
-    block migration). ``now`` is the snapshot's ``takenAt`` (default: the current time).
+    ``now`` is the snapshot's ``takenAt`` (default: the current time).
     """
+    settings = observe_settings(
+        cluster,
+        connect_timeout=connect_timeout,
+        call_timeout=call_timeout,
+        sample_interval=sample_interval,
+        shared_paths=shared_paths,
+        concurrency=concurrency,
+    )
+    connect_timeout = settings.connect_timeout
+    call_timeout = settings.call_timeout
+    sample_interval = settings.sample_interval
+    shared_paths = settings.shared_paths
+    max_workers = settings.concurrency or MAX_WORKERS
     libvirt.registerErrorHandler(lambda *_: None, None)  # errors are reported, not printed
     taken_at = now or datetime.now(UTC)
     probes = [_Probe(host) for host in cluster.spec.hosts]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import timedelta
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 from reconciler.model.base import LABEL_KEY_PATTERN, NAME_PATTERN, ApiVersion, Frozen, Metadata
-from reconciler.model.quantity import Size
+from reconciler.model.quantity import (
+    DURATION_PATTERN,
+    Duration,
+    Size,
+)
 
 
 class Reserve(Frozen):
@@ -54,6 +59,11 @@ class Defaults(Frozen):
 
 Labels = dict[str, str]
 
+SharedPath = Annotated[
+    str,
+    Field(pattern=r"^/", min_length=1, description="An absolute path prefix, e.g. /mnt/nfs."),
+]
+
 
 class Host(Frozen):
     """One hypervisor host."""
@@ -77,9 +87,74 @@ class Host(Frozen):
     )
 
 
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be more than 0s, e.g. 5s or 500ms")
+    return value
+
+
+PositiveDuration = Annotated[
+    Duration,
+    AfterValidator(_positive),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": DURATION_PATTERN},
+                {"type": "number", "exclusiveMinimum": 0},
+            ],
+            "description": "A duration above zero: 500ms, 5s, 1m, or seconds as a number.",
+        }
+    ),
+]
+"""A ``Duration`` above zero (a timeout)."""
+
+DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
+DEFAULT_CALL_TIMEOUT = timedelta(seconds=10)
+DEFAULT_SAMPLE_INTERVAL = timedelta(milliseconds=500)
+
+
+class Observe(Frozen):
+    """How the hosts are observed; every command that reads the hosts uses these."""
+
+    connect_timeout: PositiveDuration = Field(
+        default=DEFAULT_CONNECT_TIMEOUT,
+        alias="connectTimeout",
+        json_schema_extra={"default": "5s"},  # as users write it, not ISO 8601
+        description="Longest wait for a host to accept a connection. Default: 5s.",
+    )
+    call_timeout: PositiveDuration = Field(
+        default=DEFAULT_CALL_TIMEOUT,
+        alias="callTimeout",
+        json_schema_extra={"default": "10s"},  # as users write it, not ISO 8601
+        description="Longest wait for the answer to one libvirt call; a host that does not "
+        "answer in time is reported unreachable. Default: 10s.",
+    )
+    sample_interval: Duration = Field(
+        default=DEFAULT_SAMPLE_INTERVAL,
+        alias="sampleInterval",
+        json_schema_extra={"default": "500ms"},  # as users write it, not ISO 8601
+        description="Time between the two CPU samples of a host (0s: back to back). "
+        "Default: 500ms.",
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Hosts observed at the same time, at most. Default: 16 per CPU core.",
+    )
+
+
 class ClusterSpec(Frozen):
     defaults: Defaults = Field(default_factory=Defaults)
     hosts: list[Host] = Field(min_length=1, description="The hosts of this cluster.")
+    shared_storage: list[SharedPath] = Field(
+        default_factory=list,
+        alias="sharedStorage",
+        description="Path prefixes of storage every host mounts (NFS, CephFS, GlusterFS, ...): "
+        "file disks under them do not block live migration. Network disks (RBD, iSCSI, NBD, "
+        "gluster) never do.",
+    )
+    observe: Observe = Field(default_factory=Observe)
 
 
 class Cluster(Frozen):
@@ -124,6 +199,7 @@ __all__ = [
     "Host",
     "Labels",
     "Migration",
+    "Observe",
     "Reserve",
     "effective_migration_limits",
     "effective_reserve",

@@ -5,17 +5,18 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab import node_xml, write_node_files
-from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.libvirt_observer import observe_cluster, observe_settings
 from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot
+from reconciler.errors import ConfigError
 from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host
+from reconciler.model.cluster import Cluster, ClusterSpec, Host, Observe
 from reconciler.model.snapshot import ReconcilerState, Snapshot, UnmigratableReason, VmRunState
 
 pytestmark = pytest.mark.libvirt
@@ -23,13 +24,23 @@ pytestmark = pytest.mark.libvirt
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-def cluster_of(*hosts: tuple[str, str]) -> Cluster:
+def cluster_of(
+    *hosts: tuple[str, str], shared: list[str] | None = None, observe: Observe | None = None
+) -> Cluster:
     return Cluster(
         api_version=API_VERSION,
         kind="Cluster",
         metadata=Metadata(name="t"),
-        spec=ClusterSpec(hosts=[Host(name=n, uri=u) for n, u in hosts]),
+        spec=ClusterSpec(
+            hosts=[Host(name=n, uri=u) for n, u in hosts],
+            shared_storage=shared or [],
+            observe=observe or Observe(),
+        ),
     )
+
+
+def disk(kind: str, source: str, dev: str) -> str:
+    return f"<disk type='{kind}' device='disk'>{source}<target dev='{dev}' bus='virtio'/></disk>"
 
 
 def vm_xml(name: str, uuid: str, *, memory_mib: int = 128, extra: str = "") -> str:
@@ -197,3 +208,72 @@ def test_json_round_trip(tmp_path: Path) -> None:
     loaded = load_snapshot(path)
     assert loaded == snap
     assert isinstance(loaded, Snapshot)
+
+
+def test_shared_storage_of_the_cluster_makes_file_disks_migratable(tmp_path: Path) -> None:
+    uuid = "11111111-2222-4333-8444-0000000000"
+    uri = write(
+        tmp_path / "a.xml",
+        vm_xml("on-nfs", uuid + "01", extra=disk("file", "<source file='/mnt/nfs/a.img'/>", "vda")),
+        vm_xml("local", uuid + "02", extra=disk("file", "<source file='/var/lib/b.img'/>", "vda")),
+        vm_xml(
+            "near-miss", uuid + "03", extra=disk("file", "<source file='/mnt/nfs2/c.img'/>", "vda")
+        ),
+        vm_xml(
+            "network",
+            uuid + "04",
+            extra=disk("network", "<source protocol='rbd' name='pool/d'/>", "vda")
+            + disk("network", "<source protocol='gluster' name='vol/e'/>", "vdb")
+            + disk("network", "<source protocol='nbd' name='f'/>", "vdc"),
+        ),
+    )
+    snap = observe_cluster(cluster_of(("kvm-01", uri), shared=["/mnt/nfs"]), sample_interval=0)
+    verdict = {vm.name: [u.code for u in vm.unmigratable] for vm in snap.vms}
+    assert verdict == {
+        "on-nfs": [],
+        "local": [UnmigratableReason.LOCAL_DISK],
+        "near-miss": [UnmigratableReason.LOCAL_DISK],
+        "network": [],
+    }
+    # without sharedStorage the NFS disk is local again; network disks never block
+    bare = observe_cluster(cluster_of(("kvm-01", uri)), sample_interval=0)
+    assert {vm.name for vm in bare.vms if vm.migratable} == {"network"}
+    # an explicit prefix (the CLI's --shared-path) adds to the Cluster's
+    more = observe_cluster(
+        cluster_of(("kvm-01", uri), shared=["/mnt/nfs"]),
+        sample_interval=0,
+        shared_paths=["/var/lib"],
+    )
+    assert {vm.name for vm in more.vms if vm.migratable} == {"on-nfs", "local", "network"}
+
+
+def test_settings_come_from_the_cluster_and_overrides_win() -> None:
+    cluster = cluster_of(
+        ("kvm-01", "test:///default"),
+        shared=["/mnt/nfs"],
+        observe=Observe(
+            connect_timeout=timedelta(seconds=2),
+            call_timeout=timedelta(seconds=3),
+            sample_interval=timedelta(milliseconds=200),
+            concurrency=7,
+        ),
+    )
+    got = observe_settings(cluster)
+    assert (got.connect_timeout, got.call_timeout, got.sample_interval) == (2, 3, 0.2)
+    assert (got.shared_paths, got.concurrency) == (("/mnt/nfs",), 7)
+    over = observe_settings(
+        cluster,
+        connect_timeout=1,
+        call_timeout=4,
+        sample_interval=0,
+        shared_paths=["/srv", "/mnt/nfs"],
+        concurrency=3,
+    )
+    assert (over.connect_timeout, over.call_timeout, over.sample_interval) == (1, 4, 0)
+    assert (over.shared_paths, over.concurrency) == (("/mnt/nfs", "/srv"), 3)
+    default = observe_settings(cluster_of(("kvm-01", "test:///default")))
+    assert (default.connect_timeout, default.call_timeout, default.sample_interval) == (5, 10, 0.5)
+    with pytest.raises(ConfigError, match="call timeout must be more than 0"):
+        observe_settings(cluster, call_timeout=0)
+    with pytest.raises(ConfigError, match="connect timeout"):
+        observe_settings(cluster, connect_timeout=-1)
