@@ -1,0 +1,173 @@
+"""``reconciler apply``: observe, plan, show, confirm, then live-migrate within every limit.
+
+``apply`` acts whatever the policy's ``mode`` (the mode governs what ``run`` does on its own).
+Exit codes: 0 everything done or nothing to do; 3 some moves failed, were skipped as stale,
+or the run was interrupted; 1 error (nothing moved); 130/143 interrupted by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+from reconciler.cli import apply_view
+from reconciler.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    Subparsers,
+    add_observe_overrides,
+    add_path_argument,
+    add_state_dir_argument,
+    cluster_folder,
+    load_desired,
+    observe_overrides,
+    status_store,
+)
+from reconciler.errors import ReconcilerError, TerminalError
+from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Plan
+from reconciler.model.status import MoveOutcome
+
+APPLY_EPILOG = """\
+exit codes:
+  0    every planned move done, or nothing to do
+  3    some moves failed, were skipped as stale, or the run was interrupted
+  1    error: invalid cluster folder, no host observed, another apply holds the lock
+  130  interrupted by SIGINT (143: SIGTERM): running migrations were let finish, none started
+
+A first SIGINT/SIGTERM starts nothing more and lets the running migrations end; a second one
+aborts them (the VMs stay on their sources, running).
+"""
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "apply",
+        help="live-migrate VMs to reach the desired state, within every limit",
+        description="Observe, plan, show the plan, ask for confirmation, then execute it by\n"
+        "live migration within batch, parallel, per-host and disruption-budget limits.",
+        epilog=APPLY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_path_argument(p)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--dry-run", action="store_true", help="show the plan and stop")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people (progress on a terminal), json: the round's ReconcileStatus",
+    )
+    add_state_dir_argument(p)
+    add_observe_overrides(p)
+    p.set_defaults(handler=run)
+
+
+class _Signals:
+    """First SIGINT/SIGTERM: stop starting moves; second: abort the running ones."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.abort = threading.Event()
+        self.received: int | None = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if self.stop.is_set():
+            self.abort.set()
+        self.received = self.received or signum
+        self.stop.set()
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def _confirm(args: argparse.Namespace, plan: Plan) -> bool:
+    if args.dry_run:
+        return False
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise TerminalError(
+            "apply asks for confirmation, but stdin is not a terminal",
+            hint="pass --yes to apply without asking, or --dry-run to only show the plan",
+        )
+    print(f"Apply {len(plan.moves)} migration(s)? [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def build_ports(args: argparse.Namespace, desired: DesiredState) -> Any:
+    """The real adapters behind the round's ports; libvirt is imported only here."""
+    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
+    from reconciler.adapters.libvirt_migrator import LibvirtMigrator
+    from reconciler.adapters.libvirt_recorder import LibvirtRecorder
+    from reconciler.adapters.yaml_edit import PlacementFile
+    from reconciler.engine.round import RoundPorts
+
+    placement = cluster_folder(args.path) / "placement.yaml"
+    return RoundPorts(
+        observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
+        migrator=LibvirtMigrator(desired),
+        recorder=LibvirtRecorder(desired.cluster),
+        status=status_store(args, desired.cluster.metadata.name),
+        clock=SystemClock(),
+        placement=PlacementFile(placement) if placement.is_file() else None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from reconciler.adapters.cluster_lock import ClusterLock
+    from reconciler.engine.round import run_round
+
+    desired = load_desired(args)
+    name = desired.cluster.metadata.name
+    store = status_store(args, name)
+    signals = _Signals()
+    view = apply_view.View(json_output=args.format == "json", placement=desired.placement.spec.vms)
+    with ClusterLock(store.path.parent / "lock", "apply"), signals.installed():
+        ports = build_ports(args, desired)
+        try:
+            report = run_round(
+                desired,
+                ports,
+                act=True,
+                trigger="manual",
+                confirm=lambda plan: _confirm(args, plan),
+                stop=signals.stop,
+                abort=signals.abort,
+                on_event=view.event,
+                on_plan=view.plan,
+            )
+        except ReconcilerError:
+            view.close()
+            raise
+        view.close()
+    view.summary(report)
+    if signals.received is not None:
+        return EXIT_SIGTERM if signals.received == signal.SIGTERM else EXIT_SIGINT
+    if report.results and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results):
+        return EXIT_PARTIAL
+    if report.error is not None:
+        return EXIT_ERROR
+    return EXIT_OK
