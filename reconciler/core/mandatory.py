@@ -1,26 +1,46 @@
 """Mandatory moves: what must change whatever the balance, simulated one move at a time.
 
-In this order: drift (revert), required host rules (pin, hostAffinity, hostAntiAffinity),
-maintenance drains, required group rules (antiAffinity, affinity, spread), hosts over
-``hostLimit``. Every move is checked against the state left by the moves before it, so no
-intermediate state overcommits a host or breaks a required rule that held. A drift revert or
-relocation that is blocked is retried after the moves that follow it, until a round moves
-nothing; what cannot be done then is returned as :class:`~reconciler.model.plan.Unsatisfiable`
-data.
+Phases, in this order: drift (revert), required host rules (pin, hostAffinity,
+hostAntiAffinity), maintenance drains, required group rules (antiAffinity, affinity, spread),
+hosts over ``hostLimit``. Every move is checked against the state left by the moves before it,
+so no intermediate state overcommits a host or breaks a required rule that held. The phases
+run again, all of them, until a round moves nothing (a repair may need room a later phase
+frees); only then is what is still unmet reported, once per item, as
+:class:`~reconciler.model.plan.Unsatisfiable` data. A VM moves at most once per plan, so this
+takes at most one round per VM.
+
+A VM in a required affinity group moves with the members sharing its host (a *unit*, see
+:mod:`reconciler.core.units`); a pin, drift revert or drain whose host is full may first move
+another VM off it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.core.capacity import pct
-from reconciler.core.feasibility import Refusal, check_move, preferred_delta
-from reconciler.core.rules import REASONS, GroupRule, describe_kind, domain_of
+from reconciler.core.feasibility import Refusal
+from reconciler.core.groups import groups
+from reconciler.core.rules import REASONS, describe_kind
 from reconciler.core.state import State
 from reconciler.core.steps import Step, summarise, unsatisfiable
+from reconciler.core.units import (
+    CAPACITY,
+    ROOM_HOSTS,
+    Limits,
+    best_target,
+    best_unit_target,
+    candidate_hosts,
+    check_unit,
+    fixed_reason,
+    room_for,
+    unit_of,
+)
 from reconciler.model.plan import Reason, Unsatisfiable, UnsatisfiableCode
 from reconciler.model.policy import Drift
+
+__all__ = ["Mandatory", "best_target", "candidate_hosts", "fixed_reason", "plan_mandatory"]
 
 Code = UnsatisfiableCode
 
@@ -35,69 +55,18 @@ class Mandatory:
     moved: set[int] = field(default_factory=set)
 
 
-def fixed_reason(state: State, v: int) -> tuple[Code, str] | None:
-    """Why the planner may not move VM ``v`` at all, or None when it may."""
-    model = state.model
-    vm = model.vms[v]
-    if vm.in_flight:
-        return Code.UNMIGRATABLE, f"{vm.name} is being migrated right now (seen on two hosts)"
-    rule = model.rules.excluded.get(v)
-    if rule is not None:
-        return Code.EXCLUDED, f"{vm.name} is excluded by rule {rule}"
-    if not vm.migratable:
-        return Code.UNMIGRATABLE, f"{vm.name} cannot be live-migrated"
-    return None
-
-
-def candidate_hosts(state: State, v: int) -> list[int]:
-    """Hosts that may take ``v`` by architecture, state and required allow-rules."""
-    model = state.model
-    s = state.host_of[v]
-    hosts = model.arches.get(model.arch_of(s), ()) if s >= 0 else tuple(range(len(model.hosts)))
-    allow = [r.hosts for r in model.rules.host_rules[v] if r.required and r.allow]
-    if allow:
-        smallest = min(allow, key=len)
-        return [h for h in hosts if h in smallest]
-    return list(hosts)
-
-
-def best_target(
-    state: State,
-    v: int,
-    hosts: Iterable[int],
-    accept: Callable[[int], Refusal | None] | None = None,
-) -> tuple[int | None, list[Refusal]]:
-    """The host that takes ``v`` with fewest preferred rules broken, then lowest score after.
-
-    ``accept`` adds a test (e.g. "repairs this rule") after the feasibility checks.
-    """
-    best: tuple[int, int, float, str] | None = None
-    best_host: int | None = None
-    refusals: list[Refusal] = []
-    names = state.model.hosts
-    for t in hosts:
-        refusal = check_move(state, v, t)
-        if refusal is None and accept is not None:
-            refusal = accept(t)
-        if refusal is not None:
-            refusals.append(refusal)
-            continue
-        breaks, repairs = preferred_delta(state, v, t)
-        key = (breaks, -repairs, state.score_with(t, v, 1), names[t].name)
-        if best is None or key < best:
-            best, best_host = key, t
-    return best_host, refusals
-
-
 class _Planner:
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, limits: Limits) -> None:
         self.state = state
         self.model = state.model
+        self.limits = limits
         self.out = Mandatory()
-        self.waiting_drift: list[tuple[int, int, str]] = []
-        """Drift reverts refused so far: (VM, desired host, why), retried by :meth:`settle`."""
-        self.waiting: list[tuple[int, Reason, str | None, str]] = []
-        """Relocations that found no host so far, retried by :meth:`settle`."""
+        self.report = False
+        """False while rounds run to a fixpoint; True for the last round, which reports."""
+        self.reported: set[int] = set()
+        """VMs with a relocation or drift problem reported: one reason per VM."""
+        self.units = 0
+        self.placement: Mapping[str, str] = {}
 
     def name(self, v: int) -> str:
         return self.model.vms[v].name
@@ -108,7 +77,16 @@ class _Planner:
     def problem(
         self, code: Code, message: str, vms: Iterable[int] = (), rule: str | None = None
     ) -> None:
-        self.out.problems.append(unsatisfiable(code, message, [self.name(v) for v in vms], rule))
+        if self.report:
+            self.out.problems.append(
+                unsatisfiable(code, message, [self.name(v) for v in vms], rule)
+            )
+
+    def vm_problem(self, v: int, code: Code, message: str, rule: str | None = None) -> None:
+        """A problem about VM ``v`` alone: at most one per VM and plan."""
+        if self.report and v not in self.reported:
+            self.reported.add(v)
+            self.problem(code, message, [v], rule)
 
     def blocked(self, v: int, why: str, rule: str | None) -> bool:
         """Report and return True when ``v`` may not move; ``why`` says what needs the move."""
@@ -120,34 +98,109 @@ class _Planner:
         code, text = fixed
         if rule is None and code is Code.EXCLUDED:
             rule = self.model.rules.excluded.get(v)
-        self.problem(code, f"{why}, but {text}", [v], rule)
+        self.vm_problem(v, code, f"{why}, but {text}", rule)
         return True
 
     def apply(self, v: int, t: int, reason: Reason, rule: str | None, detail: str) -> None:
-        s = self.state.host_of[v]
-        self.out.steps.append(Step(v, s, t, reason, rule, detail, True))
-        self.out.moved.add(v)
-        self.state.move(v, t)
+        self.apply_unit((v,), t, reason, rule, detail)
+
+    def apply_unit(
+        self, unit: Sequence[int], t: int, reason: Reason, rule: str | None, detail: str
+    ) -> None:
+        """Move every VM of ``unit`` to ``t``; two or more share one wave."""
+        uid = None
+        if len(unit) > 1:
+            self.units += 1
+            uid = self.units
+            together = ", ".join(self.name(m) for m in unit)
+            detail = f"{detail} ({together} move together: a required affinity holds them)"
+        for v in unit:
+            s = self.state.host_of[v]
+            if s == t:
+                continue
+            self.out.steps.append(Step(v, s, t, reason, rule, detail, True, uid))
+            self.out.moved.add(v)
+            self.state.move(v, t)
+
+    def movable_unit(self, v: int, why: str, rule: str | None) -> tuple[int, ...] | None:
+        """The unit of ``v``, None (reported) when one of its VMs may not move."""
+        unit = unit_of(self.state, v)
+        for m in unit:
+            if self.blocked(m, why, rule):
+                return None
+        return unit
+
+    def place_unit(
+        self, unit: Sequence[int], hosts: Sequence[int], reason: Reason, rule: str | None, why: str
+    ) -> list[Refusal] | None:
+        """Move ``unit`` to its best host among ``hosts``, making room when none fits; None
+        when done, else the refusals."""
+        t, refusals = best_unit_target(self.state, unit, hosts, self.limits)
+        if t is not None:
+            names = " and ".join(self.name(m) for m in unit)
+            self.apply_unit(unit, t, reason, rule, f"{why}; {names} moves to {self.host(t)}.")
+            return None
+        roomy = sorted(
+            (h for h in hosts if self.model.hosts[h].accepts),
+            key=lambda h: (self.state.memory[h] - self.model.hosts[h].usable_memory, self.host(h)),
+        )
+        for h in roomy[:ROOM_HOSTS]:
+            if self.make_room(unit, h, reason, rule, why):
+                return None
+        return refusals
+
+    def make_room(
+        self, unit: Sequence[int], t: int, reason: Reason, rule: str | None, why: str
+    ) -> bool:
+        """Move other VMs off ``t`` so ``unit`` fits, then ``unit``; False when it cannot."""
+        may = {
+            u
+            for u in self.state.vms_on[t]
+            if u not in self.out.moved
+            and not self.model.vms[u].shadow
+            and fixed_reason(self.state, u) is None
+            and unit_of(self.state, u) == (u,)
+        }
+        hosts_of = {u: candidate_hosts(self.state, u) for u in may}
+        evictions = room_for(self.state, unit, t, self.limits, may, hosts_of)
+        if evictions is None:
+            return False
+        names = " and ".join(self.name(m) for m in unit)
+        for u, h in evictions:
+            self.apply(
+                u,
+                h,
+                reason,
+                rule,
+                f"{why}; {self.host(t)} is full, so {self.name(u)} moves to {self.host(h)} "
+                f"to make room for {names}.",
+            )
+        self.apply_unit(unit, t, reason, rule, f"{why}; {names} moves to {self.host(t)}.")
+        return True
 
     def relocate(self, v: int, reason: Reason, rule: str | None, why: str) -> bool:
-        """Move ``v`` to its best feasible host; report why not when none."""
-        refusals = self.try_relocate(v, reason, rule, why)
+        """Move ``v`` (and its unit) to its best feasible host; report why not when none."""
+        unit = self.movable_unit(v, why, rule)
+        if unit is None:
+            return False
+        hosts = candidate_hosts(self.state, v)
+        refusals = self.place_unit(unit, hosts, reason, rule, why)
         if refusals is None:
             return True
         unreachable = self._unreachable_allowed(v)
         if unreachable and not refusals:
-            self.problem(
+            self.vm_problem(
+                v,
                 Code.HOST_UNKNOWN,
                 f"{why}, but {unreachable} {'is' if ', ' not in unreachable else 'are'} "
                 "unreachable",
-                [v],
                 rule,
             )
             return False
-        self.problem(
+        self.vm_problem(
+            v,
             Code.NO_FEASIBLE_HOST,
             f"{why}, but no host can take {self.name(v)}: {summarise(refusals)}",
-            [v],
             rule,
         )
         return False
@@ -161,75 +214,48 @@ class _Planner:
         names = sorted(self.host(h) for h in smallest if not self.model.hosts[h].known)
         return ", ".join(names)
 
-    def try_relocate(
-        self, v: int, reason: Reason, rule: str | None, why: str
-    ) -> list[Refusal] | None:
-        """Move ``v`` to its best feasible host and return None, else the refusals."""
-        t, refusals = best_target(self.state, v, candidate_hosts(self.state, v))
-        if t is None:
-            return refusals
-        self.apply(v, t, reason, rule, f"{why}; {self.name(v)} moves to {self.host(t)}.")
-        return None
-
     def relocate_all(self, pending: list[tuple[int, Reason, str | None, str]]) -> None:
-        """Relocate each; retry those that did not fit while others make room, then report."""
-        while pending:
-            left = [p for p in pending if self.try_relocate(*p) is not None]
-            if len(left) == len(pending):
-                self.waiting.extend(left)
-                return
-            pending = left
+        for v, reason, rule, why in pending:
+            if v not in self.out.moved:
+                self.relocate(v, reason, rule, why)
 
-    def try_drift(self, v: int, t: int, why: str) -> Refusal | None:
-        """Move ``v`` back to ``t`` and return None, else why it cannot go back now."""
-        refusal = check_move(self.state, v, t)
+    def revert(self, v: int, t: int, why: str) -> Refusal | None:
+        """Move ``v`` (with its unit) back to ``t`` and return None, else why it cannot now."""
+        unit = unit_of(self.state, v)
+        if len(unit) > 1:
+            # Partners go along only when placement wants them on ``t`` too.
+            want = self.host(t)
+            unit = tuple(m for m in unit if self.placement.get(self.name(m), want) == want)
+        for m in unit:
+            if m != v and fixed_reason(self.state, m) is not None:
+                return Refusal("fixed", f"{self.name(m)}, which must stay with it, may not move")
+        refusal = check_unit(self.state, unit, t, self.limits)
         if refusal is None:
-            self.apply(v, t, Reason.DRIFT, None, f"{why}; drift: revert moves it back.")
+            self.apply_unit(unit, t, Reason.DRIFT, None, f"{why}; drift: revert moves it back.")
+            return None
+        if refusal.category in CAPACITY and self.make_room(
+            unit, t, Reason.DRIFT, None, f"{why}; drift: revert moves it back"
+        ):
+            return None
         return refusal
 
-    def settle(self) -> None:
-        """Retry what was blocked until nothing more moves, then report what is still unmet.
-
-        A move refused early (a drift revert onto a host that another member of its
-        anti-affinity still holds, a drain onto a full host) may become possible once the later
-        mandatory moves are applied. Each round either moves a VM or ends, so this takes at
-        most as many rounds as there are waiting items.
-        """
-        refusals: dict[int, Refusal] = {}
-        for _ in range(len(self.waiting_drift) + len(self.waiting) + 1):
-            progress = False
-            drifts = []
-            for v, t, why in self.waiting_drift:
-                if v in self.out.moved:
-                    if self.state.host_of[v] != t:
-                        refusals.setdefault(v, Refusal("moved", f"{self.name(v)} moved already"))
-                        drifts.append((v, t, why))
-                    continue
-                refusal = self.try_drift(v, t, why)
-                if refusal is None:
-                    progress = True
-                else:
-                    refusals[v] = refusal
-                    drifts.append((v, t, why))
-            self.waiting_drift = drifts
-            relocations = []
-            for item in self.waiting:
-                if item[0] in self.out.moved:  # moved by a later rule to a permitted host
-                    continue
-                if self.try_relocate(*item) is None:
-                    progress = True
-                else:
-                    relocations.append(item)
-            self.waiting = relocations
-            if not progress:
+    def run(self, placement: Mapping[str, str], mode: Drift) -> None:
+        """Rounds of every phase until one moves nothing, then a reporting round."""
+        self.placement = placement
+        for _ in range(len(self.model.vms) + 1):
+            before = len(self.out.steps)
+            self.round(placement, mode)
+            if len(self.out.steps) == before:
                 break
-        for v, _, why in self.waiting_drift:
-            self.problem(
-                Code.NO_FEASIBLE_HOST, f"{why}; it cannot go back: {refusals[v].text}", [v]
-            )
-        for item in self.waiting:
-            self.relocate(*item)
-        self.waiting_drift, self.waiting = [], []
+        self.report = True
+        self.round(placement, mode)
+
+    def round(self, placement: Mapping[str, str], mode: Drift) -> None:
+        self.drift(placement, mode)
+        self.host_rules()
+        self.maintenance()
+        groups(self)
+        self.host_limit()
 
     # -- drift -------------------------------------------------------------------------------
 
@@ -239,25 +265,27 @@ class _Planner:
             t = self.model.host_index.get(host_name)
             v = self.model.vm_index.get(vm_name)
             if t is None:
-                self.out.problems.append(
-                    unsatisfiable(
-                        Code.HOST_UNKNOWN,
-                        f"placement puts {vm_name} on {host_name}, which is not a host of "
-                        "the cluster",
-                        [vm_name],
+                if self.report:
+                    self.out.problems.append(
+                        unsatisfiable(
+                            Code.HOST_UNKNOWN,
+                            f"placement puts {vm_name} on {host_name}, which is not a host of "
+                            "the cluster",
+                            [vm_name],
+                        )
                     )
-                )
                 continue
             if v is None:
-                where = "" if self.model.hosts[t].known else f" ({host_name} is unreachable)"
-                self.out.problems.append(
-                    unsatisfiable(
-                        Code.VM_NOT_FOUND,
-                        f"placement names {vm_name}, which was not observed on any reachable "
-                        f"host{where}",
-                        [vm_name],
+                if self.report:
+                    where = "" if self.model.hosts[t].known else f" ({host_name} is unreachable)"
+                    self.out.problems.append(
+                        unsatisfiable(
+                            Code.VM_NOT_FOUND,
+                            f"placement names {vm_name}, which was not observed on any "
+                            f"reachable host{where}",
+                            [vm_name],
+                        )
                     )
-                )
                 continue
             s = self.state.host_of[v]
             if s == t or self.model.vms[v].in_flight:
@@ -269,17 +297,29 @@ class _Planner:
             if self.blocked(v, why, None):
                 continue
             if not self.model.hosts[t].known:
-                self.problem(Code.HOST_UNKNOWN, f"{why}, which is unreachable", [v])
+                self.vm_problem(v, Code.HOST_UNKNOWN, f"{why}, which is unreachable")
                 continue
             pending.append((v, t, why))
         # Reverts blocked by another drifted VM (e.g. its anti-affinity partner still on the
-        # desired host) are retried once the others moved; the rest wait for settle().
+        # desired host) are retried at once while others move; the rest wait for next round.
+        refusals: dict[int, Refusal] = {}
         while pending:
-            left = [p for p in pending if self.try_drift(*p) is not None]
+            left = []
+            for v, t, why in pending:
+                if v in self.out.moved:
+                    continue
+                refusal = self.revert(v, t, why)
+                if refusal is not None:
+                    refusals[v] = refusal
+                    left.append((v, t, why))
             if len(left) == len(pending):
-                self.waiting_drift.extend(left)
-                return
+                break
             pending = left
+        for v, _, why in pending:
+            if v not in self.out.moved:
+                self.vm_problem(
+                    v, Code.NO_FEASIBLE_HOST, f"{why}; it cannot go back: {refusals[v].text}"
+                )
 
     # -- host rules ----------------------------------------------------------------------------
 
@@ -318,189 +358,6 @@ class _Planner:
                 if not self.blocked(v, f"{why} and {self.name(v)} must leave it", None):
                     pending.append((v, Reason.MAINTENANCE, None, why))
         self.relocate_all(pending)
-
-    # -- group rules ---------------------------------------------------------------------------
-
-    def groups(self) -> None:
-        for g in self.model.rules.groups:
-            if not g.required or self.state.counts[g.index].measure() == 0:
-                continue
-            if g.kind == "antiAffinity" and len(g.members) > len(g.eligible):
-                unit = "hosts" if g.topology_key is None else f"values of {g.topology_key}"
-                self.problem(
-                    Code.TOO_FEW_HOSTS,
-                    f"anti-affinity {g.name} needs {len(g.members)} {unit}, "
-                    f"{len(g.eligible)} are eligible",
-                    g.members,
-                    g.name,
-                )
-            if g.kind == "affinity":
-                self.affinity(g)
-            else:
-                self.repair(g)
-
-    def _members_by_domain(self, g: GroupRule) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for m in g.members:
-            d = domain_of(g, self.state.host_of[m])
-            if d is not None:
-                out.setdefault(d, []).append(m)
-        return out
-
-    def repair(self, g: GroupRule) -> None:
-        """antiAffinity and spread: move members from crowded to empty or thin domains."""
-        counts = self.state.counts[g.index]
-        reason = REASONS[g.kind]
-        for _ in range(len(g.members) + 1):
-            key = counts.key()
-            if key[0] == 0:
-                return
-            by_domain = self._members_by_domain(g)
-            values = [counts.count(d) for d in g.eligible] or [0]
-            if g.kind == "antiAffinity":
-                sources = {d for d, ms in by_domain.items() if len(ms) > 1}
-                target_count = 0
-            else:
-                high = max(counts.counts.values())
-                sources = {d for d, ms in by_domain.items() if len(ms) == high}
-                target_count = min(values)
-            movers: list[int] = []
-            stuck: list[int] = []
-            for d in sorted(sources):
-                for m in by_domain[d]:
-                    (
-                        stuck if fixed_reason(self.state, m) or m in self.out.moved else movers
-                    ).append(m)
-            targets = [
-                h
-                for h in range(len(self.model.hosts))
-                if self.model.hosts[h].accepts
-                and counts.count(domain_of(g, h)) == target_count
-                and domain_of(g, h) is not None
-            ]
-            best: tuple[int, int, int, float, str, str] | None = None
-            choice: tuple[int, int] | None = None
-            refusals: list[Refusal] = []
-            for m in movers:
-                allowed = set(candidate_hosts(self.state, m))
-
-                def improves(t: int, m: int = m, key: tuple[int, int] = key) -> Refusal | None:
-                    return _improves(self.state, g, m, t, key)
-
-                t, refs = best_target(self.state, m, [h for h in targets if h in allowed], improves)
-                refusals.extend(refs)
-                if t is None:
-                    continue
-                breaks, repairs = preferred_delta(self.state, m, t)
-                cand = (
-                    breaks,
-                    -repairs,
-                    self.model.vms[m].memory,
-                    self.state.score_with(t, m, 1),
-                    self.name(m),
-                    self.host(t),
-                )
-                if best is None or cand < best:
-                    best, choice = cand, (m, t)
-            if choice is None:
-                kind = describe_kind(g.kind)
-                if not movers and stuck:
-                    names = ", ".join(sorted(self.name(m) for m in stuck))
-                    self.problem(
-                        Code.UNMIGRATABLE,
-                        f"{kind} {g.name} is broken and none of {names} may be moved",
-                        stuck,
-                        g.name,
-                    )
-                else:
-                    self.problem(
-                        Code.NO_FEASIBLE_HOST,
-                        f"{kind} {g.name} is broken and no move repairs it: "
-                        f"{summarise(refusals)}",
-                        movers + stuck,
-                        g.name,
-                    )
-                return
-            m, t = choice
-            s = self.state.host_of[m]
-            d_from, d_to = domain_of(g, s), domain_of(g, t)
-            if g.kind == "antiAffinity":
-                where = self.host(s) if g.topology_key is None else f"{d_from}"
-                to = self.host(t) if g.topology_key is None else f"{self.host(t)} ({d_to})"
-                detail = (
-                    f"anti-affinity {g.name}: {self.name(m)} shares {where} with another "
-                    f"member; {to} holds none."
-                )
-            else:
-                detail = (
-                    f"spread {g.name}: {d_from} holds {counts.count(d_from)} members and "
-                    f"{d_to} {counts.count(d_to)} (maxSkew {g.max_skew}); "
-                    f"{self.name(m)} moves to {self.host(t)}."
-                )
-            self.apply(m, t, reason, g.name, detail)
-
-    def affinity(self, g: GroupRule) -> None:
-        """Bring all members of ``g`` onto one host, the one already holding most of them."""
-        by_host: dict[int, list[int]] = {}
-        for m in g.members:
-            by_host.setdefault(self.state.host_of[m], []).append(m)
-        fixed_hosts = {
-            h for h, ms in by_host.items() if any(fixed_reason(self.state, m) for m in ms)
-        }
-        if len(fixed_hosts) > 1:
-            names = ", ".join(sorted(self.host(h) for h in fixed_hosts))
-            self.problem(
-                Code.UNMIGRATABLE,
-                f"affinity {g.name} needs its members on one host, but members that may not "
-                f"move run on {names}",
-                g.members,
-                g.name,
-            )
-            return
-        high = max(len(ms) for ms in by_host.values())
-        vms = self.model.vms
-
-        def memory_to_move(h: int) -> int:
-            return sum(vms[m].memory for m in g.members if m not in by_host[h])
-
-        # Equal in moves: the host that needs the least memory moved, then the least loaded.
-        options = sorted(fixed_hosts) or sorted(
-            (h for h, ms in by_host.items() if len(ms) == high and h >= 0),
-            key=lambda h: (memory_to_move(h), self.state.score(h), self.host(h)),
-        )
-        last = "no host holds a member"
-        for h in options:
-            done: list[tuple[int, int]] = []
-            failure: str | None = None
-            for m in sorted(set(g.members) - set(by_host[h])):
-                refusal = check_move(self.state, m, h) if m not in self.out.moved else None
-                if m in self.out.moved or fixed_reason(self.state, m):
-                    failure = f"{self.name(m)} may not move"
-                elif refusal is not None:
-                    failure = refusal.text
-                if failure:
-                    break
-                done.append((m, self.state.host_of[m]))
-                self.state.move(m, h)
-            for m, source in reversed(done):
-                self.state.move(m, source)
-            if failure is None:
-                for m, _ in done:
-                    self.apply(
-                        m,
-                        h,
-                        Reason.AFFINITY,
-                        g.name,
-                        f"affinity {g.name} keeps its members together on {self.host(h)}.",
-                    )
-                return
-            last = failure
-        self.problem(
-            Code.NO_FEASIBLE_HOST,
-            f"affinity {g.name} is broken and its members cannot be brought together: {last}",
-            g.members,
-            g.name,
-        )
 
     # -- host limit ----------------------------------------------------------------------------
 
@@ -564,24 +421,13 @@ class _Planner:
         )
 
 
-def _improves(state: State, g: GroupRule, m: int, t: int, key: tuple[int, int]) -> Refusal | None:
-    """Accept ``t`` only when moving ``m`` there strictly lowers ``g``'s (measure, sumsq)."""
-    dc = state.counts[g.index]
-    a, b = domain_of(g, state.host_of[m]), domain_of(g, t)
-    if dc.key_if_moved(a, b) < key:
-        return None
-    return Refusal(
-        f"rule {g.name}", f"moving it to {state.model.hosts[t].name} does not repair {g.name}"
-    )
+def plan_mandatory(
+    state: State, placement: Mapping[str, str], drift: Drift, max_unit: int = 1_000_000
+) -> Mandatory:
+    """Mandatory moves in simulation order; applies them to ``state`` as it goes.
 
-
-def plan_mandatory(state: State, placement: Mapping[str, str], drift: Drift) -> Mandatory:
-    """Mandatory moves in simulation order; applies them to ``state`` as it goes."""
-    p = _Planner(state)
-    p.drift(placement, drift)
-    p.host_rules()
-    p.maintenance()
-    p.groups()
-    p.host_limit()
-    p.settle()
+    ``max_unit``: the most migrations one wave and batch allow, the largest unit that can move.
+    """
+    p = _Planner(state, Limits(max_unit))
+    p.run(placement, drift)
     return p.out

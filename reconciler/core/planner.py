@@ -40,7 +40,8 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     model, state = build(desired, snapshot)
     before = state.copy()
 
-    mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift)
+    max_unit = min(spec.parallel.cluster, spec.batch)
+    mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift, max_unit)
     steps: list[Step] = list(mandatory.steps)
 
     movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
@@ -78,7 +79,8 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     for m in moves:
         placement[m.vm] = m.target
     problems = _dedupe(mandatory.problems)
-    this_round, deferred = moves[: spec.batch], moves[spec.batch :]
+    cut = _batch_cut(steps, spec.batch)
+    this_round, deferred = moves[:cut], moves[cut:]
     proposed = dict(sorted(placement.items()))
     return Plan(
         plan_id=plan_id(desired, this_round, deferred, problems, proposed),
@@ -93,6 +95,16 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         imbalance_rounds=rounds,
         placement=proposed,
     )
+
+
+def _batch_cut(steps: list[Step], batch: int) -> int:
+    """Where this round ends: ``batch`` moves, less when that would split a unit."""
+    cut = min(batch, len(steps))
+    if 0 < cut < len(steps):
+        unit = steps[cut].unit
+        while cut > 0 and unit is not None and steps[cut - 1].unit == unit:
+            cut -= 1
+    return cut
 
 
 def _balance_movable(

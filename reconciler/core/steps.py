@@ -20,6 +20,8 @@ class Step:
     rule: str | None
     detail: str
     mandatory: bool
+    unit: int | None = None
+    """Steps sharing a unit id move in one wave (a required affinity group moving together)."""
 
 
 def unsatisfiable(

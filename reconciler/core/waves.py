@@ -23,7 +23,7 @@ from reconciler.core.steps import Step
 
 
 def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int]:
-    """The wave of each step, in the order given."""
+    """The wave of each step, in the order given; the steps of one unit share a wave."""
     rules = model.rules
     cluster: Counter[int] = Counter()
     outbound: Counter[tuple[int, int]] = Counter()
@@ -32,28 +32,44 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
     last_leaving: dict[int, int] = {}
     last_in_group: dict[int, int] = {}
     waves: list[int] = []
-    for step in steps:
-        groups = [g for g in rules.vm_groups[step.vm] if rules.groups[g].required]
-        earliest = last_leaving.get(step.target, -1) + 1
+    i = 0
+    while i < len(steps):
+        j = i + 1
+        if steps[i].unit is not None:
+            while j < len(steps) and steps[j].unit == steps[i].unit:
+                j += 1
+        unit = steps[i:j]
+        groups = {g for s in unit for g in rules.vm_groups[s.vm] if rules.groups[g].required}
+        earliest = max(last_leaving.get(s.target, -1) + 1 for s in unit)
         for g in groups:
             earliest = max(earliest, last_in_group.get(g, -1) + 1)
-        src, dst = model.hosts[step.source], model.hosts[step.target]
-        budgets = rules.vm_budgets[step.vm]
+        n_out = Counter(s.source for s in unit)
+        n_in = Counter(s.target for s in unit)
+        n_budget = Counter(b for s in unit for b in rules.vm_budgets[s.vm])
         w = earliest
-        while (
-            cluster[w] >= parallel
-            or outbound[w, step.source] >= src.max_outbound
-            or inbound[w, step.target] >= dst.max_inbound
-            or any(budget[w, b] >= rules.budgets[b].max_concurrent for b in budgets)
+        # A unit bigger than a wave allows (never planned) would still end: counts start at 0.
+        while (cluster[w] and cluster[w] + len(unit) > parallel) or (
+            cluster[w]
+            and (
+                any(outbound[w, h] + n > model.hosts[h].max_outbound for h, n in n_out.items())
+                or any(inbound[w, h] + n > model.hosts[h].max_inbound for h, n in n_in.items())
+                or any(
+                    budget[w, b] + n > rules.budgets[b].max_concurrent for b, n in n_budget.items()
+                )
+            )
         ):
             w += 1
-        cluster[w] += 1
-        outbound[w, step.source] += 1
-        inbound[w, step.target] += 1
-        for b in budgets:
-            budget[w, b] += 1
-        last_leaving[step.source] = max(last_leaving.get(step.source, -1), w)
+        cluster[w] += len(unit)
+        for h, n in n_out.items():
+            outbound[w, h] += n
+        for h, n in n_in.items():
+            inbound[w, h] += n
+        for b, n in n_budget.items():
+            budget[w, b] += n
+        for s in unit:
+            last_leaving[s.source] = max(last_leaving.get(s.source, -1), w)
+            waves.append(w)
         for g in groups:
             last_in_group[g] = max(last_in_group.get(g, -1), w)
-        waves.append(w)
+        i = j
     return waves

@@ -18,7 +18,7 @@ from reconciler.model.rules import (
     PinRule,
     Selector,
 )
-from reconciler.model.snapshot import Snapshot, VmState
+from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
 
 def selects(sel: Selector, name: str, labels: dict[str, str]) -> bool:
@@ -45,7 +45,9 @@ def host_overcommit(desired: DesiredState, snap: Snapshot, host: str) -> str | N
     res_mem, res_cpu = effective_reserve(desired.cluster, h)
     usable_mem = obs.memory_total - res_mem
     usable_cpu = obs.cpus - res_cpu
-    vms: list[VmState] = [v for v in snap.vms if v.host == host]
+    # A shut-off or crashed guest holds no memory or CPU on its host (capacity.vm_loads).
+    inactive = {VmRunState.SHUTOFF, VmRunState.CRASHED}
+    vms: list[VmState] = [v for v in snap.vms if v.host == host and v.state not in inactive]
     mem = sum(v.memory_max for v in vms)
     vcpus = sum(v.vcpus for v in vms)
     if mem > usable_mem:
@@ -69,8 +71,12 @@ def host_overcommit(desired: DesiredState, snap: Snapshot, host: str) -> str | N
     return None
 
 
-def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
-    """Names of the required placement rules ``snap`` breaks."""
+def required_measures(desired: DesiredState, snap: Snapshot) -> dict[str, int]:
+    """How badly ``snap`` breaks each required placement rule, 0 when it holds.
+
+    Host rules: members on a host they may not be on; affinity: members off the host holding
+    most; antiAffinity: members beyond the first per domain; spread: skew beyond maxSkew.
+    """
     where = placements(snap)
     labels = {v.name: v.labels for v in snap.vms}
     hosts = {h.name: h for h in desired.cluster.spec.hosts}
@@ -99,7 +105,7 @@ def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
     def allowed(vm: str, host: str) -> bool:
         return all(permits(r, host) for r in host_rules if selects(r.vms, vm, labels[vm]))
 
-    broken: set[str] = set()
+    broken: dict[str, int] = {}
     for r in rules:
         if isinstance(r, ExcludeRule | DisruptionBudgetRule):
             continue
@@ -107,11 +113,10 @@ def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
             continue
         ms = members(r.vms)
         if isinstance(r, PinRule | HostAffinityRule | HostAntiAffinityRule):
-            if any(not permits(r, where[m]) for m in ms):
-                broken.add(r.name)
+            broken[r.name] = sum(not permits(r, where[m]) for m in ms)
         elif isinstance(r, AffinityRule):
-            if len({where[m] for m in ms}) > 1:
-                broken.add(r.name)
+            on = [where[m] for m in ms]
+            broken[r.name] = len(on) - max((on.count(h) for h in on), default=0)
         elif isinstance(r, AntiAffinityRule):
             key = r.topology_key
 
@@ -120,8 +125,7 @@ def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
                 return h if key is None or key not in lab else f"{key}={lab[key]}"
 
             doms = [dom(where[m]) for m in ms]
-            if len(doms) != len(set(doms)):
-                broken.add(r.name)
+            broken[r.name] = len(doms) - len(set(doms))
         else:
             key = r.topology_key
             eligible: dict[str, str] = {}
@@ -140,9 +144,14 @@ def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
                 value = where[m] if key is None else lab.get(key)
                 if value in counts:
                     counts[value] += 1
-            if counts and max(counts.values()) - min(counts.values()) > r.max_skew:
-                broken.add(r.name)
+            skew = max(counts.values()) - min(counts.values()) if counts else 0
+            broken[r.name] = max(0, skew - r.max_skew)
     return broken
+
+
+def broken_required_rules(desired: DesiredState, snap: Snapshot) -> set[str]:
+    """Names of the required placement rules ``snap`` breaks."""
+    return {name for name, n in required_measures(desired, snap).items() if n}
 
 
 def step(snap: Snapshot, move: Move) -> Snapshot:

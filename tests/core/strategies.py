@@ -7,7 +7,7 @@ from datetime import timedelta
 from hypothesis import strategies as st
 
 from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host, Reserve
+from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.placement import Placement, PlacementSpec
@@ -46,6 +46,10 @@ def hosts_strategy(draw: st.DrawFn) -> tuple[list[Host], list[HostState]]:
                     memory=draw(st.sampled_from([0, GIB, 2 * GIB])),
                     cpus=draw(st.sampled_from([0.0, 1.0])),
                 ),
+                migration=Migration(
+                    max_outbound=draw(st.sampled_from([None, 1, 2])),
+                    max_inbound=draw(st.sampled_from([None, 1, 2])),
+                ),
             )
         )
         reachable = draw(st.integers(0, 9)) > 0
@@ -69,6 +73,7 @@ RULE_TEMPLATES: list[dict[str, object]] = [
     {"type": "antiAffinity", "vms": {"labels": {"app": "a"}}},
     {"type": "antiAffinity", "vms": {"labels": {"app": "b"}}, "topologyKey": "rack"},
     {"type": "affinity", "vms": {"names": ["vm0", "vm1"]}},
+    {"type": "affinity", "vms": {"labels": {"app": "d"}}},
     {"type": "hostAffinity", "vms": {"labels": {"app": "b"}}, "hosts": {"labels": {"rack": "r0"}}},
     {"type": "hostAntiAffinity", "vms": {"names": ["vm*"]}, "hosts": {"labels": {"gen": "old"}}},
     {"type": "pin", "vms": {"names": ["vm2"]}, "hosts": {"names": ["h1"]}},
@@ -108,7 +113,7 @@ def cases(draw: st.DrawFn) -> Case:
                     name=f"vm{i}",
                     uuid=f"u{i}",
                     host=draw(st.sampled_from(reachable)),
-                    state=VmRunState.RUNNING,
+                    state=draw(st.sampled_from([VmRunState.RUNNING] * 5 + [VmRunState.SHUTOFF])),
                     vcpus=vcpus,
                     memory_max=memory,
                     memory_current=memory,
@@ -128,6 +133,11 @@ def cases(draw: st.DrawFn) -> Case:
                     ),
                 )
             )
+    # A VM caught mid-migration: seen on a second host too.
+    if vms and len(reachable) > 1 and draw(st.integers(0, 4)) == 0:
+        first = vms[draw(st.integers(0, len(vms) - 1))]
+        other = draw(st.sampled_from([h for h in reachable if h != first.host]))
+        vms.append(first.model_copy(update={"host": other}))
     policy = BalancePolicySpec.model_validate(
         {
             "threshold": draw(st.sampled_from([5, 10, 20, 40])),

@@ -1,0 +1,295 @@
+"""Units: VMs that must move together, and making room on a full host.
+
+A *unit* is a VM plus the members of its required affinity groups that share its host (the
+closure over those groups). Moving one member alone would break the affinity, so the unit
+moves as a whole, in one wave; its required rules are checked before and after the unit, not
+between its members. A unit must fit the limits of one wave (``parallel.cluster``, the batch,
+``maxInbound`` of its target, ``maxOutbound`` of its sources and every disruptionBudget).
+
+*Making room*: when a pin, a drift revert or a drain needs a host that is full now, another
+VM may leave that host first (up to ``MAX_EVICTIONS`` of them, each a feasible move of its
+own to another host), when that is the only way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from reconciler.core.capacity import pct
+from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
+from reconciler.core.rules import describe_kind
+from reconciler.core.state import State
+from reconciler.model.plan import UnsatisfiableCode
+
+MAX_EVICTIONS = 3
+"""VMs that may leave a host to make room for one unit."""
+ROOM_HOSTS = 8
+"""Hosts tried for making room when a unit fits on none (most free memory first)."""
+CAPACITY = frozenset({"memory", "vcpus", "hostLimit"})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one wave allows: a unit bigger than this can never move at once."""
+
+    max_unit: int
+
+
+Code = UnsatisfiableCode
+
+
+def fixed_reason(state: State, v: int) -> tuple[Code, str] | None:
+    """Why the planner may not move VM ``v`` at all, or None when it may."""
+    model = state.model
+    vm = model.vms[v]
+    if vm.in_flight:
+        return Code.UNMIGRATABLE, f"{vm.name} is being migrated right now (seen on two hosts)"
+    rule = model.rules.excluded.get(v)
+    if rule is not None:
+        return Code.EXCLUDED, f"{vm.name} is excluded by rule {rule}"
+    if not vm.migratable:
+        return Code.UNMIGRATABLE, f"{vm.name} cannot be live-migrated"
+    return None
+
+
+def candidate_hosts(state: State, v: int) -> list[int]:
+    """Hosts that may take ``v`` by architecture, state and required allow-rules."""
+    model = state.model
+    s = state.host_of[v]
+    hosts = model.arches.get(model.arch_of(s), ()) if s >= 0 else tuple(range(len(model.hosts)))
+    allow = [r.hosts for r in model.rules.host_rules[v] if r.required and r.allow]
+    if allow:
+        smallest = min(allow, key=len)
+        return [h for h in hosts if h in smallest]
+    return list(hosts)
+
+
+def best_target(
+    state: State,
+    v: int,
+    hosts: Iterable[int],
+    accept: Callable[[int], Refusal | None] | None = None,
+) -> tuple[int | None, list[Refusal]]:
+    """The host that takes ``v`` with fewest preferred rules broken, then lowest score after.
+
+    ``accept`` adds a test (e.g. "repairs this rule") after the feasibility checks.
+    """
+    best: tuple[int, int, float, str] | None = None
+    best_host: int | None = None
+    refusals: list[Refusal] = []
+    names = state.model.hosts
+    for t in hosts:
+        refusal = check_move(state, v, t)
+        if refusal is None and accept is not None:
+            refusal = accept(t)
+        if refusal is not None:
+            refusals.append(refusal)
+            continue
+        breaks, repairs = preferred_delta(state, v, t)
+        key = (breaks, -repairs, state.score_with(t, v, 1), names[t].name)
+        if best is None or key < best:
+            best, best_host = key, t
+    return best_host, refusals
+
+
+def unit_of(state: State, v: int) -> tuple[int, ...]:
+    """``v`` and the members of its required affinity groups on its host, transitively."""
+    model = state.model
+    rules = model.rules
+    if not rules.vm_groups[v]:
+        return (v,)
+    h = state.host_of[v]
+    out = {v}
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        for gi in rules.vm_groups[x]:
+            g = rules.groups[gi]
+            if g.kind != "affinity" or not g.required:
+                continue
+            for m in g.members:
+                if m not in out and state.host_of[m] == h:
+                    out.add(m)
+                    todo.append(m)
+    return tuple(sorted(out))
+
+
+def check_unit(state: State, unit: Sequence[int], t: int, limits: Limits) -> Refusal | None:
+    """None when every VM of ``unit`` may move to ``t`` at once, else why not."""
+    if len(unit) == 1:
+        return check_move(state, unit[0], t)
+    model = state.model
+    host = model.hosts[t]
+    names = ", ".join(model.vms[m].name for m in unit)
+    if len(unit) > limits.max_unit:
+        return Refusal(
+            "parallel",
+            f"{names} must move together, {len(unit)} at once, and one wave allows "
+            f"{limits.max_unit} (parallel.cluster and batch)",
+        )
+    if len(unit) > host.max_inbound:
+        return Refusal("inbound", f"{host.name} takes {host.max_inbound} migrations at once")
+    sources = Counter(state.host_of[m] for m in unit)
+    for s, n in sources.items():
+        if n > model.hosts[s].max_outbound:
+            return Refusal(
+                "outbound", f"{model.hosts[s].name} sends {model.hosts[s].max_outbound} at once"
+            )
+    budgets = Counter(b for m in unit for b in model.rules.vm_budgets[m])
+    for b, n in budgets.items():
+        if n > model.rules.budgets[b].max_concurrent:
+            return Refusal("budget", f"disruptionBudget {model.rules.budgets[b].name} allows fewer")
+    moving = [m for m in unit if state.host_of[m] != t]
+    if not moving:
+        return Refusal("current", f"they already run on {host.name}")
+    # Host checks of each member alone (state, architecture, host rules) ...
+    for m in moving:
+        refusal = check_move(state, m, t)
+        if refusal is not None and refusal.category not in CAPACITY and not _group(refusal):
+            return refusal
+    # ... then capacity and group rules for the whole unit.
+    mem = sum(model.vms[m].memory for m in moving)
+    vcpus = sum(model.vms[m].vcpus for m in moving)
+    cpu = sum(model.vms[m].cpu_load for m in moving)
+    mload = sum(model.vms[m].mem_load for m in moving)
+    free = host.usable_memory - state.memory[t]
+    if mem > free:
+        return Refusal("memory", f"{host.name} has too little free memory for {names}")
+    if state.vcpus[t] + vcpus > host.vcpu_capacity + EPSILON:
+        return Refusal("vcpus", f"{host.name} has too few vCPUs for {names}")
+    limit = model.weights.host_limit
+    if (
+        pct(state.cpu_load[t] + cpu, host.cpu_den) > limit + EPSILON
+        or pct(state.mem_load[t] + mload, host.usable_memory) > limit + EPSILON
+    ):
+        return Refusal("hostLimit", f"{host.name} would go over hostLimit {limit:g}% with {names}")
+    return _groups_after(state, moving, t)
+
+
+def _group(refusal: Refusal) -> bool:
+    return refusal.category.startswith("rule ") and "would be broken" in refusal.text
+
+
+def _groups_after(state: State, moving: Sequence[int], t: int) -> Refusal | None:
+    """The required group rule the whole move makes worse, if any (state left unchanged)."""
+    model = state.model
+    touched = sorted({gi for m in moving for gi in model.rules.vm_groups[m]})
+    touched = [gi for gi in touched if model.rules.groups[gi].required]
+    before = [state.counts[gi].measure() for gi in touched]
+    back = [(m, state.host_of[m]) for m in moving]
+    for m in moving:
+        state.move(m, t)
+    after = [state.counts[gi].measure() for gi in touched]
+    for m, s in reversed(back):
+        state.move(m, s)
+    for gi, b, a in zip(touched, before, after, strict=True):
+        if a > b:
+            g = model.rules.groups[gi]
+            return Refusal(
+                f"rule {g.name}",
+                f"{describe_kind(g.kind)} {g.name} would be broken on {model.hosts[t].name}",
+            )
+    return None
+
+
+def unit_key(state: State, unit: Sequence[int], t: int) -> tuple[int, int, float, str]:
+    """Rank of target ``t`` for ``unit``: preferred rules broken, repaired, score after."""
+    model = state.model
+    breaks = repairs = 0
+    for m in unit:
+        b, r = preferred_delta(state, m, t)
+        breaks += b
+        repairs += r
+    host = model.hosts[t]
+    cpu = state.cpu_load[t] + sum(model.vms[m].cpu_load for m in unit)
+    mem = state.mem_load[t] + sum(model.vms[m].mem_load for m in unit)
+    w = model.weights
+    after = w.cpu * pct(cpu, host.cpu_den) + w.memory * pct(mem, host.usable_memory)
+    return breaks, -repairs, after, host.name
+
+
+def best_unit_target(
+    state: State, unit: Sequence[int], hosts: Iterable[int], limits: Limits
+) -> tuple[int | None, list[Refusal]]:
+    best: tuple[int, int, float, str] | None = None
+    best_host: int | None = None
+    refusals: list[Refusal] = []
+    for t in hosts:
+        refusal = check_unit(state, unit, t, limits)
+        if refusal is not None:
+            refusals.append(refusal)
+            continue
+        key = unit_key(state, unit, t)
+        if best is None or key < best:
+            best, best_host = key, t
+    return best_host, refusals
+
+
+def room_for(
+    state: State,
+    unit: Sequence[int],
+    t: int,
+    limits: Limits,
+    may_move: set[int],
+    hosts_of: dict[int, list[int]],
+) -> list[tuple[int, int]] | None:
+    """Moves of other VMs off ``t`` after which ``unit`` fits there, or None.
+
+    ``may_move`` are the VMs on ``t`` that may leave it; ``hosts_of`` gives each one's candidate
+    hosts. Fewest evictions first: one VM whose departure suffices (the smallest), else the
+    biggest first, up to ``MAX_EVICTIONS``. ``state`` is left unchanged.
+    """
+    refusal = check_unit(state, unit, t, limits)
+    if refusal is None or refusal.category not in CAPACITY:
+        return None
+    model = state.model
+    others = sorted(
+        (u for u in state.vms_on[t] if u in may_move and u not in unit),
+        key=lambda u: (model.vms[u].memory, model.vms[u].name),
+    )
+    for u in others:  # one eviction, the smallest that makes room
+        found = _try(state, unit, t, limits, [u], hosts_of)
+        if found is not None:
+            return found
+    chosen: list[int] = []
+    for u in reversed(others):  # then the biggest first
+        if len(chosen) >= MAX_EVICTIONS:
+            break
+        chosen.append(u)
+        found = _try(state, unit, t, limits, chosen, hosts_of)
+        if found is not None:
+            return found
+    return None
+
+
+def _try(
+    state: State,
+    unit: Sequence[int],
+    t: int,
+    limits: Limits,
+    evict: list[int],
+    hosts_of: dict[int, list[int]],
+) -> list[tuple[int, int]] | None:
+    done: list[tuple[int, int, int]] = []
+    ok = True
+    for u in evict:
+        best: tuple[int, int, float, str] | None = None
+        target: int | None = None
+        for h in hosts_of.get(u, ()):
+            if h == t or check_move(state, u, h) is not None:
+                continue
+            key = unit_key(state, (u,), h)
+            if best is None or key < best:
+                best, target = key, h
+        if target is None:
+            ok = False
+            break
+        done.append((u, state.host_of[u], target))
+        state.move(u, target)
+    if ok:
+        ok = check_unit(state, unit, t, limits) is None
+    for u, s, _ in reversed(done):
+        state.move(u, s)
+    return [(u, h) for u, _, h in done] if ok else None
