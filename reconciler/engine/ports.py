@@ -12,10 +12,23 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from reconciler.model.base import Frozen
+from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
+
+# MigrationProgress and MigrationResult live in the model, where adapters can reach them too
+__all__ = [
+    "Clock",
+    "DomainRecorder",
+    "Lease",
+    "MigrationProgress",
+    "MigrationResult",
+    "Migrator",
+    "Observer",
+    "PlacementWriter",
+    "StatusStore",
+]
 
 
 class Observer(Protocol):
@@ -26,35 +39,6 @@ class Observer(Protocol):
     def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
         """A fresh look at only ``hosts`` (the two ends of a move), as a Snapshot of them."""
         ...
-
-
-class MigrationProgress(Frozen):
-    """One reading of a running migration's job."""
-
-    vm: str
-    elapsed: float = 0.0
-    data_total: int = 0
-    data_processed: int = 0
-    data_remaining: int = 0
-    bytes_per_second: float = 0.0
-
-
-class MigrationResult(Frozen):
-    """What a migration ended as, after looking at both hosts (not only at the exception)."""
-
-    vm: str
-    source: str
-    target: str
-    succeeded: bool
-    aborted: bool = False
-    error: str | None = None
-    running_on: list[str] = []
-    """Hosts the VM was found running on afterwards (exactly one when all is well)."""
-    paused_on: list[str] = []
-    """Hosts the VM was found paused on afterwards and could not be resumed."""
-    seconds: float = 0.0
-    downtime_ms: float | None = None
-    data_bytes: int | None = None
 
 
 class Migrator(Protocol):

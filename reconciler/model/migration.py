@@ -1,0 +1,38 @@
+"""What a live migration reports while it runs and what it ended as.
+
+Shared by the engine (through its ``Migrator`` port) and the libvirt adapter that implements
+it, so it lives below both.
+"""
+
+from __future__ import annotations
+
+from reconciler.model.base import Frozen
+
+
+class MigrationProgress(Frozen):
+    """One reading of a running migration's job."""
+
+    vm: str
+    elapsed: float = 0.0
+    data_total: int = 0
+    data_processed: int = 0
+    data_remaining: int = 0
+    bytes_per_second: float = 0.0
+
+
+class MigrationResult(Frozen):
+    """What a migration ended as, after looking at both hosts (not only at the exception)."""
+
+    vm: str
+    source: str
+    target: str
+    succeeded: bool
+    aborted: bool = False
+    error: str | None = None
+    running_on: list[str] = []
+    """Hosts the VM was found running on afterwards (exactly one when all is well)."""
+    paused_on: list[str] = []
+    """Hosts the VM was found paused on afterwards and could not be resumed."""
+    seconds: float = 0.0
+    downtime_ms: float | None = None
+    data_bytes: int | None = None
