@@ -21,7 +21,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters import libvirt_lab
+from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.domain_metadata import (
     METADATA_KEY,
     METADATA_NS,
@@ -29,7 +29,7 @@ from reconciler.adapters.domain_metadata import (
     render_metadata,
 )
 from reconciler.adapters.libvirt_connection import ConnectionSettings
-from reconciler.adapters.libvirt_lab import Lab, LabVm
+from reconciler.adapters.lab import Lab, LabVm
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
 from reconciler.model.desired import DesiredState

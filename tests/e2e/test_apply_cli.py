@@ -210,6 +210,8 @@ def test_sigkill_mid_batch_then_apply_again_moves_no_vm_twice(
     _wait_for_line(proc, "succeeded ")
     proc.kill()
     proc.wait(timeout=30)
+    assert proc.stdout is not None
+    proc.stdout.close()
     assert_sound(own_lab)
     # The lock died with its holder: the next apply starts, and sees the records.
     code, _, err = reconciler(capsys, "apply", folder, "--yes", "--state-dir", state)
