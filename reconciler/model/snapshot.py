@@ -27,6 +27,12 @@ class VmRunState(StrEnum):
     CRASHED = "crashed"
     PMSUSPENDED = "pmsuspended"
 
+    @classmethod
+    def from_code(cls, code: object) -> VmRunState:
+        """The state for libvirt's numeric ``virDomainState`` (unknown codes: nostate)."""
+        states: list[VmRunState] = list(cls)
+        return states[code] if isinstance(code, int) and 0 <= code < len(states) else cls.NOSTATE
+
 
 class UnmigratableReason(StrEnum):
     """Why a VM cannot be live-migrated, read from its domain XML and state."""

@@ -30,7 +30,14 @@ def proposed_placement_document(placement: Placement, plan: Plan) -> dict[str, A
 
 
 def plan_patch_ops(placement: Placement, plan: Plan) -> list[dict[str, Any]]:
-    """RFC 6902 operations turning the current Placement into the proposed one; [] if equal."""
+    """RFC 6902 operations turning the current Placement into the proposed one; [] if equal.
+
+    A Placement without entries may be written ``spec: {}`` or ``spec: {vms: {}}``: its patch
+    adds the whole ``/spec/vms`` map (``add`` replaces an existing member), so it applies to
+    either form.
+    """
+    if not placement.spec.vms and plan.placement:
+        return [{"op": "add", "path": "/spec/vms", "value": dict(sorted(plan.placement.items()))}]
     patch = jsonpatch.make_patch(
         placement_document(placement), proposed_placement_document(placement, plan)
     )

@@ -28,8 +28,8 @@ from reconciler.adapters.domain_metadata import (
     parse_metadata,
     render_metadata,
 )
-from reconciler.adapters.libvirt_connection import ConnectionSettings
 from reconciler.adapters.lab import Lab, LabVm
+from reconciler.adapters.libvirt_connection import ConnectionSettings
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
 from reconciler.model.desired import DesiredState

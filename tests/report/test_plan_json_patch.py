@@ -44,3 +44,15 @@ def test_patch_is_empty_when_the_placement_does_not_change() -> None:
     plan = empty_plan().model_copy(update={"placement": {"web-1": "kvm-01"}})
     assert plan_patch_ops(placement({"web-1": "kvm-01"}), plan) == []
     assert plan_patch(placement({"web-1": "kvm-01"}), plan) == "[]\n"
+
+
+def test_patch_applies_to_every_form_of_an_empty_placement_as_written() -> None:
+    import yaml
+
+    plan = busy_plan()
+    header = "apiVersion: placement/v1alpha1\nkind: Placement\nmetadata: {name: lab}\n"
+    ops = plan_patch_ops(placement({}), plan)
+    for spec in ("spec: {}\n", "spec: {vms: {}}\n", "spec:\n  vms: {}\n"):
+        written = yaml.safe_load(header + spec)
+        result = jsonpatch.apply_patch(written, ops)
+        assert result["spec"]["vms"] == plan.placement, spec

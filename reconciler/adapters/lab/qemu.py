@@ -21,6 +21,7 @@ from reconciler.adapters.lab import processes
 from reconciler.adapters.lab.layout import host_names, indent, rack, template
 from reconciler.adapters.lab.state import UUID_NS, Lab, LabHost, LabVm, VmStatus, write_state
 from reconciler.errors import LabError
+from reconciler.model.snapshot import VmRunState
 
 try:  # the test driver mode writes files only and works without libvirt-python
     import libvirt
@@ -355,9 +356,6 @@ def _remove_domains(uri: str) -> None:
         conn.close()
 
 
-_STATE_NAMES = ("nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed")
-
-
 def host_vms(host: LabHost) -> list[VmStatus]:
     assert libvirt is not None
     conn = open_conn(host.uri)
@@ -368,8 +366,7 @@ def host_vms(host: LabHost) -> list[VmStatus]:
                 state = dom.state()[0]
             except libvirt.libvirtError:
                 continue
-            name = _STATE_NAMES[state] if 0 <= state < len(_STATE_NAMES) else "pmsuspended"
-            out.append(VmStatus(dom.name(), host.name, name))
+            out.append(VmStatus(dom.name(), host.name, VmRunState.from_code(state).value))
         return sorted(out, key=lambda v: v.name)
     finally:
         conn.close()
