@@ -238,3 +238,32 @@ def test_a_second_apply_is_refused_while_one_holds_the_lock(
     assert code == 1
     assert f"pid {os.getpid()}" in err
     assert read_lab(Path(own_lab.dir)) is not None
+
+
+def test_a_vm_shut_down_while_its_move_waits_is_skipped_named_and_exit_3(
+    own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, state = own_lab.cluster_dir, tmp_path / "state"
+    _one_at_a_time(folder)
+    code, out, err = reconciler(capsys, "plan", folder, "--format", "json", "--state-dir", state)
+    assert code == 2, err
+    moves = json.loads(out)["moves"]
+    assert len(moves) >= 2
+    first, second = moves[0], moves[1]
+    proc = _apply_process(folder, state)
+    _wait_for_line(proc, f"migrating {first['vm']}")
+    host = next(h for h in own_lab.hosts if h.name == second["source"])
+    conn = libvirt.open(host.uri)
+    try:
+        conn.lookupByName(second["vm"]).destroy()
+    finally:
+        conn.close()
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, rest
+    assert f"skipped {second['vm']}" in rest
+    assert "NotRunning" in rest or "not running" in rest
+    seen = domains(own_lab)
+    assert [h for h, _, s in seen[second["vm"]]] == [second["source"]], "left where it was"
+    for vm, where in seen.items():
+        if vm != second["vm"]:
+            assert [s for _, _, s in where] == [libvirt.VIR_DOMAIN_RUNNING], vm
