@@ -79,15 +79,23 @@ def register(sub: Subparsers) -> None:
 
 
 class _Signals:
-    """First SIGINT/SIGTERM: stop starting moves; second: abort the running ones."""
+    """First SIGINT/SIGTERM: stop starting moves; second: abort the running ones.
+
+    Before anything runs (observing, planning, the confirmation prompt) a signal simply ends
+    the command, as KeyboardInterrupt.
+    """
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.abort = threading.Event()
         self.received: int | None = None
+        self.acting = False
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         del frame
+        if not self.acting:
+            self.received = signum
+            raise KeyboardInterrupt
         if self.stop.is_set():
             self.abort.set()
         self.received = self.received or signum
@@ -103,7 +111,12 @@ class _Signals:
                 signal.signal(s, h)
 
 
-def _confirm(args: argparse.Namespace, plan: Plan) -> bool:
+def _confirm(args: argparse.Namespace, plan: Plan, signals: _Signals) -> bool:
+    signals.acting = _asked(args, plan)
+    return signals.acting
+
+
+def _asked(args: argparse.Namespace, plan: Plan) -> bool:
     if args.dry_run:
         return False
     if args.yes:
@@ -153,14 +166,16 @@ def run(args: argparse.Namespace) -> int:
                 ports,
                 act=True,
                 trigger="manual",
-                confirm=lambda plan: _confirm(args, plan),
+                confirm=lambda plan: _confirm(args, plan, signals),
                 stop=signals.stop,
                 abort=signals.abort,
                 on_event=view.event,
                 on_plan=view.plan,
             )
-        except ReconcilerError:
+        except (ReconcilerError, KeyboardInterrupt):
             view.close()
+            if signals.received == signal.SIGTERM:
+                return EXIT_SIGTERM
             raise
         view.close()
     view.summary(report)

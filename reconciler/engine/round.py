@@ -145,7 +145,7 @@ def _round(
         log.info(line, extra={"plan_id": plan.plan_id})
     on_plan(plan, snapshot)
     if act and history.observed_since is not None:
-        _record_first_seen(ports, snapshot, history, now)
+        snapshot = _record_first_seen(ports, snapshot, history, now)
     if not act or not plan.moves:
         return
     if history.observed_since is None:
@@ -190,19 +190,25 @@ def _decisions(plan: Plan) -> list[str]:
 
 def _record_first_seen(
     ports: RoundPorts, snapshot: Snapshot, history: History, now: datetime
-) -> None:
-    """Stamp VMs seen for the first time: a VM there at the first complete observation is old."""
+) -> Snapshot:
+    """Stamp VMs seen for the first time: a VM there at the first complete observation is old.
+
+    Returns the snapshot with the stamps, so later records of this round keep them.
+    """
     since = history.observed_since
-    for vm in snapshot.vms:
-        if vm.reconciler.first_seen is not None or not vm.persistent:
-            continue
-        first = since if since is not None and since >= snapshot.taken_at else now
-        try:
-            ports.recorder.record(
-                vm.host, vm.name, vm.reconciler.model_copy(update={"first_seen": first})
-            )
-        except ReconcilerError as err:
-            log.warning("could not record first sighting of %s: %s", vm.name, err)
+    vms = []
+    for seen in snapshot.vms:
+        vm = seen
+        if vm.reconciler.first_seen is None and vm.persistent:
+            first = since if since is not None and since >= snapshot.taken_at else now
+            record = vm.reconciler.model_copy(update={"first_seen": first})
+            try:
+                ports.recorder.record(vm.host, vm.name, record)
+                vm = vm.model_copy(update={"reconciler": record})
+            except ReconcilerError as err:
+                log.warning("could not record first sighting of %s: %s", vm.name, err)
+        vms.append(vm)
+    return snapshot.model_copy(update={"vms": vms})
 
 
 def placement_updates(

@@ -93,6 +93,7 @@ def test_moves_are_recorded_on_the_vms_and_cooldown_holds_them_next_round() -> N
         assert rec.last_moved_to == fake.vms[name].host
         assert rec.last_plan_id == report.plan.plan_id
         assert rec.moves == 1
+        assert rec.first_seen is not None, "the move's record keeps the first sighting"
     # Make it unbalanced again by hand: none of the moved VMs may move for balance in cooldown.
     for name in moved:
         fake.vms[name].host = "h0"
