@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import types
 import typing
 from typing import Any, Final, Union
@@ -163,6 +164,41 @@ def _split_hint(text: str) -> tuple[str, str]:
     return (what, how) if sep else (text, _DOCS_HINT)
 
 
+_YAML11_BOOLS: Final = frozenset("y Y yes Yes YES n N no No NO on On ON off Off OFF".split())
+"""Words YAML 1.1 reads as booleans, besides true and false."""
+_NUMBER_KINDS: Final = frozenset(
+    {"int_type", "int_parsing", "int_from_float", "float_type", "float_parsing"}
+)
+
+
+def _type_message(kind: str, value: object, raw: str | None) -> tuple[str, str]:
+    """A value of the wrong type; YAML's readings of ``yes`` and ``"20"`` explained."""
+    expected = _TYPE_NAMES[kind]
+    found = f"expected {expected}, found {describe(value)}"
+    if kind == "string_type" and raw is not None and not isinstance(value, str):
+        return found, f'put it in quotes: "{raw}"'
+    if kind in _NUMBER_KINDS and isinstance(value, bool) and raw in _YAML11_BOOLS:
+        return f"expected {expected}, found {raw} (YAML reads it as {describe(value)})", (
+            f"write {expected} here"
+        )
+    if kind in _NUMBER_KINDS and isinstance(value, str) and _is_number(value):
+        return found, f"remove the quotes: {value.strip()}"
+    if kind == "bool_type" and isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+        return found, f"remove the quotes: {value.strip().lower()}"
+    return found, f"write {expected} here"
+
+
+_BOOL_WORDS: Final = frozenset({"true", "false"})
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def message_and_hint(
     doc: Document, model: type[BaseModel], error: ErrorDetails, path: DocPath
 ) -> tuple[str, str | None]:
@@ -197,11 +233,7 @@ def message_and_hint(
     if kind == "too_short":
         return "must not be empty", f"give at least {ctx.get('min_length', 1)}, or remove the key"
     if kind in _TYPE_NAMES:
-        expected = _TYPE_NAMES[kind]
-        raw = doc.raw.get(path)
-        if kind == "string_type" and raw is not None and not isinstance(value, str):
-            return f"expected {expected}, found {describe(value)}", f'put it in quotes: "{raw}"'
-        return f"expected {expected}, found {describe(value)}", f"write {expected} here"
+        return _type_message(kind, value, doc.raw.get(path))
     if kind in ("value_error", "assertion_error"):
         text = str(ctx.get("error", error["msg"]))
         return _split_hint(text)
@@ -272,7 +304,11 @@ def model_from_document(doc: Document) -> tuple[KindModel | None, list[Finding]]
     if model is None:
         return None, findings
     try:
-        value = model.model_validate(doc.data, by_alias=True, by_name=False)
+        # Strict, as for JSON: a number must be written as a number (not "20", not yes), a
+        # boolean as true or false; enums and sizes still read from their strings.
+        value = model.model_validate_json(
+            json.dumps(doc.data), strict=True, by_alias=True, by_name=False
+        )
     except ValidationError as exc:
         findings += [
             error_finding(doc, model, error)

@@ -188,3 +188,42 @@ def test_several_documents_in_one_file_are_all_read(tmp_path: Path) -> None:
 def test_every_error_of_a_folder_is_reported(tmp_path: Path) -> None:
     findings = _policy(tmp_path, "batch: 0", "threshold: 101", "margin: -1")
     assert [f.split(": ")[2] for f in findings] == ["spec.batch", "spec.threshold", "spec.margin"]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (
+            "threshold: yes",
+            "expected a number, found yes (YAML reads it as true) (write a number here)",
+        ),
+        (
+            "threshold: Off",
+            "expected a number, found Off (YAML reads it as false) (write a number here)",
+        ),
+        ("threshold: '20'", "expected a number, found the string '20' (remove the quotes: 20)"),
+        ('batch: "4"', "expected a whole number, found the string '4' (remove the quotes: 4)"),
+        ("batch: 4.5", "expected a whole number, found the number 4.5 (write a whole number here)"),
+        ("holdRounds: true", "expected a whole number, found true (write a whole number here)"),
+    ],
+)
+def test_numbers_must_be_written_as_numbers(tmp_path: Path, line: str, problem: str) -> None:
+    key = line.split(":")[0]
+    assert _policy(tmp_path, line) == [
+        f"lab/policy.yaml:5:{len(key) + 5}: error: spec.{key}: {problem}"
+    ]
+
+
+def test_booleans_must_be_written_as_booleans(tmp_path: Path) -> None:
+    host = '{name: kvm-01, uri: "test:///one", maintenance: "true"}'
+    where = col(host, '"true')
+    assert findings_text(tmp_path, {"cluster.yaml": cluster_yaml(host)}) == [
+        f"lab/cluster.yaml:6:{where}: error: spec.hosts[0].maintenance: "
+        "expected true or false, found the string 'true' (remove the quotes: true)"
+    ]
+
+
+def test_whole_numbers_are_accepted_where_a_fraction_may_be(tmp_path: Path) -> None:
+    assert (
+        _policy(tmp_path, "threshold: 15", "cpuOvercommit: 2", "score: {cpu: 1, memory: 0}") == []
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.config import yaml_source
 from reconciler.config.yaml_source import (
     MAX_FILE_BYTES,
     documents_from_text,
@@ -186,3 +187,28 @@ def test_dangling_and_looping_symlinks(tmp_path: Path) -> None:
     for name in ("gone.yaml", "loop.yaml"):
         with pytest.raises(DocumentError, match="^cannot read the file: "):
             read_documents(tmp_path / name, root=tmp_path)
+
+
+MIXED = (
+    '# comment é\nname: "quoted é"\nn: 12\nf: 1.5\nb: yes\nnull_: ~\nt: 2025-01-01\n'
+    "list:\n  - é: [x, 'y', {z: 1}]\n  - |\n    block\nflow: {a: b, c: [1, 2]}\n"
+    "anchor: &x {k: v}\nalias: *x\n---\nsecond: ééé\n"
+)
+
+
+@pytest.mark.skipif(yaml_source._FAST_LOADER is None, reason="PyYAML was built without libyaml")
+def test_c_parser_and_pure_parser_give_the_same_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = documents_from_text(MIXED, "f.yaml")
+    monkeypatch.setattr(yaml_source, "_FAST_LOADER", None)
+    pure = documents_from_text(MIXED, "f.yaml")
+    assert fast == pure
+    assert fast[0].position(("list", 0, "é", 2, "z")) == (9, 21)
+    assert fast[1].position(("second",)) == (16, 9)
+
+
+def test_errors_after_non_ascii_text_count_characters_not_bytes() -> None:
+    # libyaml reports this one at a byte offset; the position shown is in characters.
+    err = _error("éé: ok\nb: \x07\n")
+    assert (err.line, err.column) == (2, 4)
+    err = _error("é: x\n\tb: 1\n")
+    assert (err.line, err.column) == (2, 1)
