@@ -71,3 +71,24 @@ def test_the_same_moves_observed_twice_have_the_same_plan_id(
     assert [m["vm"] for m in a["moves"]] == [m["vm"] for m in b["moves"]]
     assert a["moves"], "the lab starts unbalanced"
     assert a["planId"] == b["planId"]
+
+
+@pytest.mark.libvirt
+def test_a_live_plan_with_no_host_observed_is_an_error_naming_each_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("libvirt")
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "cluster.yaml").write_text(
+        "apiVersion: placement/v1alpha1\nkind: Cluster\nmetadata: {name: gone}\nspec:\n"
+        "  hosts:\n"
+        f"  - {{name: kvm-01, uri: 'test://{tmp_path}/missing-1.xml'}}\n"
+        f"  - {{name: kvm-02, uri: 'test://{tmp_path}/missing-2.xml'}}\n"
+    )
+    run = reconciler(capsys, "plan", folder, "--state-dir", tmp_path / "s")
+    assert run.code == 1, "not 0: a CI job would read 'No changes' as in sync"
+    assert "no host of cluster 'gone' could be observed" in run.err
+    assert "kvm-01:" in run.err
+    assert "kvm-02:" in run.err
+    assert "No changes" not in run.out
