@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from reconciler.adapters import libvirt_lab
+from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator
 from reconciler.config import load_desired
 from reconciler.model.migration import MigrationProgress
