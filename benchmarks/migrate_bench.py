@@ -120,6 +120,7 @@ def run(vms: int, rounds: int, parallel: list[int]) -> int:
         return 0
     finally:
         libvirt_lab.stop_lab(directory)
+        directory.parent.rmdir()
 
 
 def main(argv: list[str] | None = None) -> int:
