@@ -118,6 +118,8 @@ class _Job:
     abort_error: str | None = None
     postcopy: bool = False
     abandoned: bool = False
+    call_seconds: float | None = None
+    """How long ``migrateToURI3`` itself took: libvirt's share of the move."""
 
 
 @dataclass(frozen=True)
@@ -252,11 +254,13 @@ class LibvirtMigrator:
         job = _Job()
 
         def work() -> None:
+            called = time.monotonic()
             try:
                 dom.migrateToURI3(call.dest_uri, call.params, call.flags)
             except libvirt.libvirtError as err:
                 job.error = err
             finally:
+                job.call_seconds = time.monotonic() - called
                 job.done.set()
 
         tuning = self.desired.policy.spec.migration
@@ -396,7 +400,7 @@ class LibvirtMigrator:
                 error = "the migration ended without the VM running on the target only"
             error = "; ".join([error, *notes])
         downtime, data = self._figures(dst, uuid, job, succeeded)
-        return MigrationResult(
+        result = MigrationResult(
             vm=move.vm,
             source=move.source,
             target=move.target,
@@ -409,6 +413,17 @@ class LibvirtMigrator:
             downtime_ms=downtime,
             data_bytes=data,
         )
+        log.info(
+            "%s %s -> %s: %s in %.3fs, running on %s",
+            move.vm,
+            move.source,
+            move.target,
+            "moved" if succeeded else f"failed ({error})",
+            result.seconds,
+            ", ".join(running_on) or "no host seen",
+            extra={"migration": result, "libvirt_seconds": job.call_seconds},
+        )
+        return result
 
     @staticmethod
     def _resume(src: Any, uuid: str, move: Move) -> str:
@@ -439,7 +454,11 @@ class LibvirtMigrator:
         stats = job.last
         if succeeded and dst is not None:
             with contextlib.suppress(libvirt.libvirtError):
-                done = dst.lookupByUUIDString(uuid).jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+                done = dst.lookupByUUIDString(uuid).jobStats(
+                    # KEEP: reading them would otherwise discard them for everyone else
+                    libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED
+                    | libvirt.VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED
+                )
                 if done.get("type", libvirt.VIR_DOMAIN_JOB_NONE) != libvirt.VIR_DOMAIN_JOB_NONE:
                     stats = done
         downtime = stats.get("downtime") if succeeded else None

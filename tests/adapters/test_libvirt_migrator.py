@@ -28,7 +28,7 @@ from reconciler.adapters.domain_metadata import (
     parse_metadata,
     render_metadata,
 )
-from reconciler.adapters.lab import Lab, LabVm
+from reconciler.adapters.lab import Lab, LabVm, qemu
 from reconciler.adapters.libvirt_connection import ConnectionSettings
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
@@ -345,32 +345,13 @@ def fault_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield started
     finally:
         for host in started.hosts:  # a frozen daemon would not stop
-            pid = _daemon_pid(started, host.name)
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(Exception):
+                libvirt_lab.thaw_host(directory, host.name)
         stop_and_check(directory)
 
 
 def _daemon_pid(lab: Lab, host: str) -> int | None:
-    # the lab package will offer kill/freeze/thaw; until then, its pid file
-    hdir = Path(next(h.path for h in lab.hosts if h.name == host))
-    pid = libvirt_lab._pid(hdir / "libvirtd.pid")
-    return pid if libvirt_lab._ours(pid, str(hdir)) else None
-
-
-def _restart_daemon(lab: Lab, host: str) -> None:
-    """Start a killed host's libvirtd again over the same folder; it finds its QEMUs."""
-    lab_host = next(h for h in lab.hosts if h.name == host)
-    hdir = Path(lab_host.path)
-    old = libvirt_lab._pid(hdir / "reaper.pid")
-    if libvirt_lab._ours(old, "lab_host.py"):
-        (hdir / "reaper.pid").rename(hdir / f"reaper-{old}.pid")  # stop_lab still finds it
-    for stale in [hdir / "libvirtd.pid", *(hdir / "sock").iterdir()]:
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
-    libvirt_lab._launch(lab_host, libvirt_lab.check_requirements())
-    libvirt_lab._wait_up(lab_host)
+    return qemu.daemon_pid(next(h for h in lab.hosts if h.name == host))
 
 
 def _settles_on(lab: Lab, uuid: str, host: str, timeout: float = 20.0) -> None:
@@ -411,8 +392,7 @@ def test_target_libvirtd_killed_mid_migration(fault_lab: Lab) -> None:
         assert "kvm-02" in result.error
     finally:
         with contextlib.suppress(Exception):
-            libvirt_lab._wait_gone(pid, 5.0)
-            _restart_daemon(lab, "kvm-02")
+            libvirt_lab.start_host(Path(lab.dir), "kvm-02")
     _settles_on(lab, vm.uuid, "kvm-01")
     assert not migration_threads()
     remove_vm(lab, vm.name)
