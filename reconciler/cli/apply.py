@@ -150,6 +150,11 @@ def build_ports(args: argparse.Namespace, desired: DesiredState) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_once(args)[0]
+
+
+def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
+    """One apply round: (exit code, VMs moved, VMs still on ``host`` per the observation)."""
     from reconciler.adapters.cluster_lock import ClusterLock
     from reconciler.engine.round import run_round
 
@@ -175,14 +180,22 @@ def run(args: argparse.Namespace) -> int:
         except (ReconcilerError, KeyboardInterrupt):
             view.close()
             if signals.received == signal.SIGTERM:
-                return EXIT_SIGTERM
+                return EXIT_SIGTERM, 0, 0
             raise
         view.close()
     view.summary(report)
+    moved = sum(r.outcome is MoveOutcome.SUCCEEDED for r in report.results)
+    left = 0
+    if host is not None and report.snapshot is not None:
+        left = sum(v.host == host for v in report.snapshot.vms) - sum(
+            r.source == host for r in report.results if r.outcome is MoveOutcome.SUCCEEDED
+        )
     if signals.received is not None:
-        return EXIT_SIGTERM if signals.received == signal.SIGTERM else EXIT_SIGINT
-    if report.results and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results):
-        return EXIT_PARTIAL
-    if report.error is not None:
-        return EXIT_ERROR
-    return EXIT_OK
+        code = EXIT_SIGTERM if signals.received == signal.SIGTERM else EXIT_SIGINT
+    elif report.results and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results):
+        code = EXIT_PARTIAL
+    elif report.error is not None:
+        code = EXIT_ERROR
+    else:
+        code = EXIT_OK
+    return code, moved, left

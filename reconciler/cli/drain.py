@@ -28,8 +28,9 @@ def register(sub: Subparsers) -> None:
         "drain",
         help="put a host in maintenance (cluster.yaml) and show or apply its evacuation",
         description="Set maintenance: true on HOST in cluster.yaml with a minimal edit, show the "
-        "plan that empties it, and with --apply execute it (exit codes as apply; without "
-        "--apply as plan: 0 nothing to move, 2 moves planned).",
+        "plan that empties it, and with --apply execute it, round after round within batch and "
+        "every limit, until the host is empty or a round moves nothing (exit codes as apply; "
+        "without --apply as plan: 0 nothing to move, 2 moves planned).",
     )
     undrain = sub.add_parser(
         "undrain",
@@ -66,11 +67,22 @@ def _set(args: argparse.Namespace, maintenance: bool) -> bool:
     return changed
 
 
+MAX_DRAIN_ROUNDS = 50
+"""``drain --apply`` repeats rounds (each within batch and every limit) until the host is
+empty or a round moves nothing; this bounds it."""
+
+
 def run_drain(args: argparse.Namespace) -> int:
     _set(args, True)
     if args.apply:
         args.format = "text"
-        return apply.run(args)
+        code = EXIT_OK
+        for _ in range(MAX_DRAIN_ROUNDS):
+            code, moved, left = apply.run_once(args, host=args.host)
+            if code != EXIT_OK or not moved or not left:
+                break
+            print(f"{args.host} still runs {left} VM(s): next round", file=sys.stderr)
+        return code
     args.snapshot, args.history, args.now, args.format = None, None, None, "table"
     return plan.run(args)
 

@@ -267,3 +267,19 @@ def test_a_vm_shut_down_while_its_move_waits_is_skipped_named_and_exit_3(
     for vm, where in seen.items():
         if vm != second["vm"]:
             assert [s for _, _, s in where] == [libvirt.VIR_DOMAIN_RUNNING], vm
+
+
+def test_drain_apply_empties_the_host_and_undrain_moves_nothing_back(
+    own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, state = own_lab.cluster_dir, tmp_path / "state"
+    before = assert_sound(own_lab)
+    busy = Counter(before.values()).most_common(1)[0][0]
+    code, out, err = reconciler(
+        capsys, "drain", busy, folder, "--apply", "--yes", "--state-dir", state
+    )
+    assert code == 0, out + err
+    after = assert_sound(own_lab)
+    assert busy not in after.values(), f"{busy} still runs VMs: {after}"
+    assert reconciler(capsys, "undrain", busy, folder)[0] == 0
+    assert assert_sound(own_lab) == after
