@@ -76,6 +76,10 @@ class Window(Frozen):
         description="Five-field cron expression of when a window opens.",
     )
     duration: Duration = Field(description="How long the window stays open.")
+    timezone: str | None = Field(
+        default=None,
+        description="IANA time zone of the schedule, e.g. Europe/Berlin; UTC when absent.",
+    )
 
 
 class BalancePolicySpec(Frozen):
