@@ -1,0 +1,126 @@
+"""The Prometheus metrics of ``reconciler run``, with the names dashboards share.
+
+Kept in a registry of their own (not prometheus_client's global one), so several loops in one
+test process do not collide and ``/metrics`` shows only these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from reconciler.model.plan import Plan
+from reconciler.model.snapshot import Snapshot
+from reconciler.model.status import MoveOutcome, ReconcileStatus, RoundOutcome
+
+DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+"""Seconds: an observe-only round takes well under a second, one with migrations minutes."""
+
+
+class Metrics:
+    """Every metric of one cluster's loop; methods are safe to call from any thread."""
+
+    def __init__(self, cluster: str, registry: CollectorRegistry | None = None) -> None:
+        self.cluster = cluster
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reconciles = Counter(
+            "reconciler_reconciles_total",
+            "Reconcile rounds, by result (ok or error).",
+            ["cluster", "result"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "reconciler_reconcile_duration_seconds",
+            "Wall time of a reconcile round.",
+            ["cluster"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.migrations = Counter(
+            "reconciler_migrations_total",
+            "Migrations by outcome (succeeded, failed, skipped, aborted).",
+            ["cluster", "outcome"],
+            registry=r,
+        )
+        self.spread = Gauge(
+            "reconciler_spread",
+            "Max - min host score within one CPU architecture, percent.",
+            ["cluster", "arch"],
+            registry=r,
+        )
+        self.host_score = Gauge(
+            "reconciler_host_score",
+            "Load score of a host, percent.",
+            ["cluster", "host"],
+            registry=r,
+        )
+        self.host_reachable = Gauge(
+            "reconciler_host_reachable",
+            "1 when the host answered the last observation, else 0.",
+            ["cluster", "host"],
+            registry=r,
+        )
+        self.host_last_observed = Gauge(
+            "reconciler_host_last_observed_timestamp_seconds",
+            "Unix time the host was last observed reachable.",
+            ["cluster", "host"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "reconciler_leader",
+            "1 on the active instance, 0 on a standby.",
+            ["cluster"],
+            registry=r,
+        )
+        self._lock = threading.Lock()
+        self._last_counted: object = None
+        # Zero series exist from the start, so rate() and absent() work before the first round.
+        for result in ("ok", "error"):
+            self.reconciles.labels(cluster, result)
+        for outcome in MoveOutcome:
+            self.migrations.labels(cluster, outcome.value)
+        self.leader.labels(cluster).set(0)
+
+    def set_leader(self, leader: bool) -> None:
+        self.leader.labels(self.cluster).set(1 if leader else 0)
+
+    def record_error(self, seconds: float) -> None:
+        self.reconciles.labels(self.cluster, "error").inc()
+        self.duration.labels(self.cluster).observe(seconds)
+
+    def record_round(self, status: ReconcileStatus, seconds: float) -> None:
+        """Count one finished round and the moves of its result (each result only once)."""
+        result = status.last_result
+        failed = result is not None and result.outcome is RoundOutcome.FAILED
+        self.reconciles.labels(self.cluster, "error" if failed else "ok").inc()
+        self.duration.labels(self.cluster).observe(seconds)
+        if result is None:
+            return
+        key = (result.started_at, result.finished_at, result.plan_id)
+        with self._lock:
+            if key == self._last_counted:
+                return
+            self._last_counted = key
+        for move in result.moves:
+            self.migrations.labels(self.cluster, move.outcome.value).inc()
+
+    def record_snapshot(self, snapshot: Snapshot) -> None:
+        for host in snapshot.hosts:
+            self.host_reachable.labels(self.cluster, host.name).set(1 if host.reachable else 0)
+            if host.reachable:
+                self.host_last_observed.labels(self.cluster, host.name).set(
+                    snapshot.taken_at.timestamp()
+                )
+
+    def record_plan(self, plan: Plan) -> None:
+        for spread in plan.spreads:
+            self.spread.labels(self.cluster, spread.arch).set(spread.before)
+        for host in plan.hosts:
+            if host.known:
+                self.host_score.labels(self.cluster, host.host).set(host.score_before)
+            else:  # an unknown host has no score; a stale one would mislead a dashboard
+                with contextlib.suppress(KeyError):
+                    self.host_score.remove(self.cluster, host.host)
