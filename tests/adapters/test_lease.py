@@ -1,0 +1,213 @@
+"""Leases against the real thing: flock between processes, a lease ref in a bare repo over file://."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.lease_file import FileLease, lock_path
+from reconciler.adapters.lease_git import GitLease
+
+REPO = Path(__file__).resolve().parents[2]
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from reconciler.adapters.lease_file import FileLease
+lease = FileLease(Path(sys.argv[1]))
+assert lease.acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def _spawn_holder(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_file_lease_is_exclusive_between_processes_and_freed_when_the_holder_dies(
+    tmp_path: Path,
+) -> None:
+    path = lock_path(tmp_path, "lab")
+    proc = _spawn_holder(path)
+    try:
+        standby = FileLease(path)
+        assert not standby.acquire()
+        assert f"pid {proc.pid} on " in (standby.holder() or "")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert standby.acquire()  # the kernel dropped the lock with its holder
+        assert standby.confirm()
+        assert f"pid {os.getpid()}" in (standby.holder() or "")
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_file_lease_release_and_reacquire_in_one_process(tmp_path: Path) -> None:
+    path = lock_path(tmp_path, "lab")
+    a, b = FileLease(path), FileLease(path)
+    assert a.acquire()
+    assert a.acquire()  # renewing is a no-op
+    assert not b.acquire()
+    assert b.holder() is not None
+    a.release()
+    assert not a.confirm()
+    assert b.holder() is None
+    assert b.acquire()
+    b.release()
+
+
+def test_file_lease_notices_its_file_was_replaced(tmp_path: Path) -> None:
+    path = lock_path(tmp_path, "lab")
+    a = FileLease(path)
+    assert a.acquire()
+    path.unlink()
+    b = FileLease(path)
+    assert b.acquire()  # a new file, a new lock: exactly why the file is never deleted
+    assert not a.confirm()
+    assert b.confirm()
+    a.release()
+    b.release()
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> str:
+    bare = tmp_path / "state.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(bare)], check=True)
+    return f"file://{bare}"
+
+
+def _pair(tmp_path: Path, remote: str, clock: Ticks) -> tuple[GitLease, GitLease]:
+    a = GitLease(remote, "lab", tmp_path / "a", identity="a", monotonic=clock)
+    b = GitLease(remote, "lab", tmp_path / "b", identity="b", monotonic=clock)
+    return a, b
+
+
+def test_git_lease_standby_takes_over_only_after_a_whole_lease_unrenewed(
+    tmp_path: Path, remote: str
+) -> None:
+    clock = Ticks()
+    a, b = _pair(tmp_path, remote, clock)
+    assert a.acquire()
+    assert not b.acquire()
+    assert (b.holder() or "").startswith("a ")
+    clock.t += 10
+    assert a.acquire()  # renewed
+    assert not b.acquire()  # the standby sees the record change: its lease count restarts
+    clock.t += 14
+    assert not b.acquire()  # 14 s since it saw the renewal: not yet
+    assert a.confirm() is False  # 14 s since a renewed: past its renew deadline
+    clock.t += 1.5
+    assert b.acquire()  # a stopped renewing a whole lease ago
+    assert b.confirm()
+    assert not a.acquire()  # the old holder sees b and stands by
+    assert not a.confirm()
+
+
+def test_git_lease_release_hands_over_at_once(tmp_path: Path, remote: str) -> None:
+    clock = Ticks()
+    a, b = _pair(tmp_path, remote, clock)
+    assert a.acquire()
+    assert not b.acquire()
+    a.release()
+    assert a.holder() is None
+    assert b.acquire()
+
+
+def test_git_lease_compare_and_swap_lets_only_one_of_two_racers_win(
+    tmp_path: Path, remote: str
+) -> None:
+    clock = Ticks()
+    a, b = _pair(tmp_path, remote, clock)
+    assert a.acquire()
+    a.release()
+    # both read the released record; a pushes first, b's push expects the old commit
+    sha, _ = b._read()
+    assert a.acquire()
+    assert b._push(sha, {"holder": "b"}) is None
+    assert (b.holder() or "").startswith("a ")
+
+
+def test_git_lease_unreachable_remote_is_transient(tmp_path: Path) -> None:
+    from reconciler.errors import TransientError
+
+    lease = GitLease(f"file://{tmp_path}/missing.git", "lab", tmp_path / "w", identity="x")
+    with pytest.raises(TransientError, match="cannot read the lease"):
+        lease.acquire()
+
+
+GIT_HOLDER = """
+import sys, time
+from pathlib import Path
+from reconciler.adapters.lease_git import GitLease
+lease = GitLease(sys.argv[1], "lab", Path(sys.argv[2]), identity="killed",
+                 lease_duration=1.5, renew_deadline=1.0)
+assert lease.acquire()
+print("held", flush=True)
+while True:
+    time.sleep(0.3)
+    lease.acquire()
+"""
+
+
+def test_git_lease_standby_takes_over_within_the_lease_after_the_holder_is_killed(
+    tmp_path: Path, remote: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GIT_HOLDER, remote, str(tmp_path / "holder")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "held"
+        standby = GitLease(
+            remote,
+            "lab",
+            tmp_path / "standby",
+            identity="standby",
+            lease_duration=1.5,
+            renew_deadline=1.0,
+        )
+        for _ in range(8):  # the holder keeps renewing: the standby never takes over
+            assert not standby.acquire()
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        killed = time.monotonic()
+        while not standby.acquire():
+            time.sleep(0.2)
+            assert time.monotonic() - killed < 10
+        # within a lease (1.5 s) of the last renewal it saw, plus a retry period and git's time
+        assert time.monotonic() - killed < 1.5 + 0.3 + 2.0
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
