@@ -20,32 +20,40 @@ from pathlib import Path
 
 from reconciler.errors import TerminalError
 
-FILE_NAME = "lease.lock"
+FILE_NAME = "lock"
+"""The same file as ``cluster_lock.ClusterLock`` (``apply``): one acting process per cluster."""
 
 
 def lock_path(state_dir: Path, cluster: str) -> Path:
-    """``<state dir>/<cluster>/lease.lock``, next to the cluster's status."""
+    """``<state dir>/<cluster>/lock``, next to the cluster's status."""
     return state_dir / cluster / FILE_NAME
 
 
-def identity(started: datetime | None = None) -> dict[str, object]:
+def identity(started: datetime | None = None, command: str = "run") -> dict[str, object]:
+    """The record ``apply``'s ClusterLock writes too, so each can name the other."""
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "startedAt": (started or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "since": (started or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "command": command,
     }
 
 
 def describe(record: dict[str, object]) -> str:
-    return f"pid {record.get('pid')} on {record.get('host')} since {record.get('startedAt')}"
+    return (
+        f"{record.get('command', '?')} (pid {record.get('pid', '?')} on "
+        f"{record.get('host', '?')}, since {record.get('since', '?')})"
+    )
 
 
 class FileLease:
     """A Lease held while this object keeps its locked file open."""
 
-    def __init__(self, path: Path, *, started: datetime | None = None) -> None:
+    def __init__(
+        self, path: Path, *, started: datetime | None = None, command: str = "run"
+    ) -> None:
         self.path = path
-        self.me = identity(started)
+        self.me = identity(started, command)
         self._fd: int | None = None
 
     def acquire(self) -> bool:

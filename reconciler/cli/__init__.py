@@ -16,10 +16,10 @@ import sys
 from collections.abc import Sequence
 
 from reconciler import __version__
-from reconciler.cli import apply, common, drain, lab, observe, place, plan, schema, validate
+from reconciler.cli import apply, common, drain, lab, observe, place, plan, run, schema, validate
 from reconciler.errors import ReconcilerError
 
-COMMANDS = (validate, schema, lab, observe, plan, place, apply, drain)
+COMMANDS = (validate, schema, lab, observe, plan, place, apply, drain, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,6 +107,11 @@ class Metrics:
         for move in result.moves:
             self.migrations.labels(self.cluster, move.outcome.value).inc()
 
+    def record_observation(self, plan: Plan, snapshot: Snapshot) -> None:
+        """The round's ``on_plan`` hook: host and spread gauges of this round."""
+        self.record_snapshot(snapshot)
+        self.record_plan(plan)
+
     def record_snapshot(self, snapshot: Snapshot) -> None:
         for host in snapshot.hosts:
             self.host_reachable.labels(self.cluster, host.name).set(1 if host.reachable else 0)

@@ -47,7 +47,7 @@ def test_file_lease_is_exclusive_between_processes_and_freed_when_the_holder_die
     try:
         standby = FileLease(path)
         assert not standby.acquire()
-        assert f"pid {proc.pid} on " in (standby.holder() or "")
+        assert f"run (pid {proc.pid} on " in (standby.holder() or "")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert standby.acquire()  # the kernel dropped the lock with its holder
@@ -58,6 +58,21 @@ def test_file_lease_is_exclusive_between_processes_and_freed_when_the_holder_die
         proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_file_lease_excludes_apply_and_apply_excludes_it(tmp_path: Path) -> None:
+    from reconciler.adapters.cluster_lock import ClusterLock
+
+    path = lock_path(tmp_path, "lab")
+    apply = ClusterLock(path, "apply")
+    assert apply.acquire()
+    lease = FileLease(path)
+    assert not lease.acquire()
+    assert (lease.holder() or "").startswith("apply (pid ")
+    apply.release()
+    assert lease.acquire()
+    assert not ClusterLock(path, "apply").acquire()
+    lease.release()
 
 
 def test_file_lease_release_and_reacquire_in_one_process(tmp_path: Path) -> None:

@@ -1,0 +1,161 @@
+"""``reconciler run`` as a user runs it: processes, a watched folder, HTTP, a standby, signals.
+
+Hosts are libvirt's test driver, so these run wherever libvirt-python is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = (
+    "apiVersion: placement/v1alpha1\nkind: Cluster\nmetadata: {name: live}\n"
+    "spec:\n  hosts:\n    - {name: node-1, uri: 'test:///default'}\n"
+)
+POLICY = (
+    "apiVersion: placement/v1alpha1\nkind: BalancePolicy\nmetadata: {name: p}\n"
+    "spec: {mode: observe, interval: 1h}\n"
+)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Instance:
+    def __init__(self, folder: Path, state: Path, logs: Path) -> None:
+        self.port = _port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = logs.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reconciler",
+                "run",
+                str(folder),
+                "--state-dir",
+                str(state),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--log-format",
+                "json",
+            ],
+            stderr=self.log,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+    def get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(self.url + path, timeout=2)
+        except httpx.TransportError:
+            return None
+
+    def metric(self, line: str) -> bool:
+        r = self.get("/metrics")
+        return r is not None and line in r.text
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def wait_for(check: Callable[[], object], timeout: float = 20) -> float:
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, "timed out"
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> tuple[Path, Path]:
+    pytest.importorskip("libvirt")
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    (folder / "cluster.yaml").write_text(CLUSTER)
+    (folder / "policy.yaml").write_text(POLICY)
+    return folder, tmp_path / "state"
+
+
+def _rounds(state: Path) -> int:
+    try:
+        return int(json.loads((state / "live" / "status.json").read_text())["rounds"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_run_reacts_to_edits_stalls_on_an_invalid_policy_and_exits_0_on_sigterm(
+    cluster: tuple[Path, Path], tmp_path: Path
+) -> None:
+    folder, state = cluster
+    one = Instance(folder, state, tmp_path / "one.log")
+    try:
+        wait_for(lambda: _rounds(state) >= 1)
+        assert one.metric('reconciler_leader{cluster="live"} 1.0')
+        assert one.metric('reconciler_host_reachable{cluster="live",host="node-1"} 1.0')
+        r = one.get("/healthz")
+        assert r is not None
+        assert r.status_code == 200
+        # an edit is acted on within seconds, not at the next interval (1 h)
+        before = _rounds(state)
+        (folder / "policy.yaml").write_text(POLICY.replace("interval: 1h", "interval: 2h"))
+        latency = wait_for(lambda: _rounds(state) > before, timeout=10)
+        assert latency < 10
+        (folder / "policy.yaml").write_text(POLICY.replace("mode: observe", "mode: aply"))
+        wait_for(lambda: (x := one.get("/healthz")) is not None and x.status_code == 503)
+        r = one.get("/healthz")
+        assert r is not None
+        assert "aply" in r.json()["message"]
+        (folder / "policy.yaml").write_text(POLICY)
+        wait_for(lambda: (x := one.get("/healthz")) is not None and x.status_code == 200)
+        one.proc.send_signal(signal.SIGTERM)
+        assert one.proc.wait(20) == 0
+    finally:
+        one.close()
+    lines = [json.loads(x) for x in (tmp_path / "one.log").read_text().splitlines() if x]
+    assert any(x.get("trigger") == "desired-state-changed" for x in lines)
+    assert all(x.get("cluster") == "live" for x in lines if "round" in x)
+
+
+def test_a_standby_takes_over_when_the_active_instance_is_killed(
+    cluster: tuple[Path, Path], tmp_path: Path
+) -> None:
+    folder, state = cluster
+    one = Instance(folder, state, tmp_path / "one.log")
+    two: Instance | None = None
+    try:
+        wait_for(lambda: one.metric('reconciler_leader{cluster="live"} 1.0'))
+        two = Instance(folder, state, tmp_path / "two.log")
+        standby = two
+        wait_for(lambda: (x := standby.get("/healthz")) is not None and x.status_code == 200)
+        r = two.get("/healthz")
+        assert r is not None
+        assert r.json()["state"] == "standby"
+        assert two.metric('reconciler_leader{cluster="live"} 0.0')
+        one.proc.kill()
+        one.proc.wait()
+        took = wait_for(lambda: standby.metric('reconciler_leader{cluster="live"} 1.0'))
+        assert took < 15  # the lock is freed at once; the standby looks every 2 s
+        two.proc.send_signal(signal.SIGTERM)
+        assert two.proc.wait(20) == 0
+    finally:
+        one.close()
+        if two is not None:
+            two.close()
