@@ -21,7 +21,7 @@ from pathlib import Path
 from reconciler.errors import TerminalError
 
 FILE_NAME = "lock"
-"""The same file as ``cluster_lock.ClusterLock`` (``apply``): one acting process per cluster."""
+"""``apply`` and ``run`` lock the same file: one acting process per cluster."""
 
 
 def lock_path(state_dir: Path, cluster: str) -> Path:
@@ -30,7 +30,7 @@ def lock_path(state_dir: Path, cluster: str) -> Path:
 
 
 def identity(started: datetime | None = None, command: str = "run") -> dict[str, object]:
-    """The record ``apply``'s ClusterLock writes too, so each can name the other."""
+    """Who holds the lock: ``apply`` and ``run`` write the same record, so each names the other."""
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),

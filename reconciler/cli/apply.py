@@ -111,6 +111,14 @@ class _Signals:
                 signal.signal(s, h)
 
 
+@contextmanager
+def _released(lease: Any) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        lease.release()
+
+
 def _confirm(args: argparse.Namespace, plan: Plan, signals: _Signals) -> bool:
     signals.acting = _asked(args, plan)
     return signals.acting
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
     """One apply round: (exit code, VMs moved, VMs still on ``host`` per the observation)."""
-    from reconciler.adapters.cluster_lock import ClusterLock
+    from reconciler.adapters.lease_file import FileLease
     from reconciler.engine.round import run_round
 
     desired = load_desired(args)
@@ -163,7 +171,14 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
     store = status_store(args, name)
     signals = _Signals()
     view = apply_view.View(json_output=args.format == "json", placement=desired.placement.spec.vms)
-    with ClusterLock(store.path.parent / "lock", "apply"), signals.installed():
+    lease = FileLease(store.path.parent / "lock", command="apply")
+    if not lease.acquire():
+        raise TerminalError(
+            f"another reconciler acts on cluster {name!r}: {lease.holder() or 'unknown holder'}",
+            hint=f"wait for it to finish (the lock is {lease.path}; it is released when its "
+            "holder exits or dies)",
+        )
+    with _released(lease), signals.installed():
         ports = build_ports(args, desired)
         try:
             report = run_round(

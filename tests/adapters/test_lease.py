@@ -61,17 +61,15 @@ def test_file_lease_is_exclusive_between_processes_and_freed_when_the_holder_die
 
 
 def test_file_lease_excludes_apply_and_apply_excludes_it(tmp_path: Path) -> None:
-    from reconciler.adapters.cluster_lock import ClusterLock
-
     path = lock_path(tmp_path, "lab")
-    apply = ClusterLock(path, "apply")
+    apply = FileLease(path, command="apply")
     assert apply.acquire()
     lease = FileLease(path)
     assert not lease.acquire()
     assert (lease.holder() or "").startswith("apply (pid ")
     apply.release()
     assert lease.acquire()
-    assert not ClusterLock(path, "apply").acquire()
+    assert not FileLease(path, command="apply").acquire()
     lease.release()
 
 

@@ -226,10 +226,10 @@ def test_sigkill_mid_batch_then_apply_again_moves_no_vm_twice(
 def test_a_second_apply_is_refused_while_one_holds_the_lock(
     own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reconciler.adapters.cluster_lock import ClusterLock
+    from reconciler.adapters.lease_file import FileLease, lock_path
 
     folder, state = own_lab.cluster_dir, tmp_path / "state"
-    lock = ClusterLock(state / own_lab_name(folder) / "lock", "apply")
+    lock = FileLease(lock_path(state, own_lab_name(folder)), command="run")
     assert lock.acquire()
     try:
         code, _, err = reconciler(capsys, "apply", folder, "--yes", "--state-dir", state)
