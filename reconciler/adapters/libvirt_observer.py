@@ -37,7 +37,7 @@ from reconciler.model.snapshot import (
     VmState,
 )
 
-THREADS_PER_CORE: Final = 8
+THREADS_PER_CORE: Final = 4
 """Default concurrency per CPU core: enough to hide network latency, few enough for the GIL."""
 HOSTS_PER_PROCESS: Final = 100
 """A cluster is split over more processes only when each gets at least this many hosts."""
