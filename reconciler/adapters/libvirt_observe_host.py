@@ -40,16 +40,6 @@ from reconciler.model.snapshot import (
 
 T = TypeVar("T")
 
-_STATES: Final = (
-    VmRunState.NOSTATE,
-    VmRunState.RUNNING,
-    VmRunState.BLOCKED,
-    VmRunState.PAUSED,
-    VmRunState.SHUTDOWN,
-    VmRunState.SHUTOFF,
-    VmRunState.CRASHED,
-    VmRunState.PMSUSPENDED,
-)
 # libvirt's virDomain*Reason enums, by state
 _REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
     VmRunState.RUNNING: (
@@ -377,8 +367,7 @@ def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | Non
 
 def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> VmState:
     stats = vm.stats
-    code = stats.get("state.state", 0)
-    state = _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else _STATES[0]
+    state = VmRunState.from_code(stats.get("state.state", 0))
     reasons = _REASONS[state]
     reason_code = stats.get("state.reason", 0)
     reason = (
