@@ -1,29 +1,43 @@
-"""How long observing a cluster takes, and that it grows with the slowest host, not the sum.
+"""How long observing a cluster takes, against a plain libvirt loop measured in the same run.
 
-Run: ``.venv/bin/python benchmarks/observe_bench.py [--hosts 200] [--vms 30] [--no-lab]``
+Run: ``.venv/bin/python benchmarks/observe_bench.py [--hosts 1000] [--vms 27] [--rounds 3]
+[--no-lab]``
 
 Scenarios:
-- ``test-driver``: HOSTS libvirt test-driver hosts with VMS VMs each (in-process, no daemons).
-- ``+ hung``: the same plus three hosts whose socket accepts and never answers; each is cut off
-  at the connect timeout, all at the same time.
+- ``baseline``: a plain single-thread libvirt-python loop over the test-driver hosts: one open,
+  ``getInfo``, ``listAllDomains`` and ``XMLDesc`` + ``info`` per VM. Rounds alternate with the
+  observer's, so both see the same machine load; the ratio is per round (median printed).
+- ``test-driver``: ``observe_cluster`` of HOSTS libvirt test-driver hosts with VMS VMs each
+  (in-process driver, no daemons), default settings (sample interval 0.5 s).
+- ``busy``: the same while 2 processes per core spin, with a call and connect timeout of 3 s:
+  no healthy host may be reported unreachable.
+- ``+ hung``: a share of the hosts plus three whose socket accepts and never answers; each is
+  cut off at the connect timeout (2 s), all at the same time.
 - ``lab`` (root, libvirtd and QEMU needed): the real 3-host lab with 8 VMs.
 - ``lab + slow``: the lab with kvm-01 behind a proxy that delays every request by 50 ms.
 
-For each: wall time, the slowest host's time, the sum of all hosts' times, and libvirt calls
-per host. Wall close to the slowest host (not to the sum) shows hosts are observed at once.
+For each: wall time, the slowest host's time and the sum of all hosts' times (time spent
+waiting for the host's answers), and libvirt calls per host.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
+import os
+import resource
 import socket
+import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import libvirt
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.libvirt_observer import observe_cluster
@@ -99,29 +113,82 @@ def replace_uri(cluster: Cluster, name: str, uri: str) -> Cluster:
     return cluster.model_copy(update={"spec": spec})
 
 
-def run(label: str, cluster: Cluster, **kwargs: float) -> list[str]:
-    began = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the observer's workers)."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run(label: str, cluster: Cluster, **kwargs: float) -> tuple[list[str], float]:
+    began, cpu = time.perf_counter(), cpu_seconds()
     snap: Snapshot = observe_cluster(cluster, **kwargs)  # type: ignore[arg-type]
     wall = time.perf_counter() - began
+    cpu = cpu_seconds() - cpu
     reachable = [h for h in snap.hosts if h.reachable]
     calls = [h.libvirt_calls for h in reachable] or [0]
     slowest = max(h.observe_seconds for h in snap.hosts)
     total = sum(h.observe_seconds for h in snap.hosts)
-    return [
+    row = [
         label,
         f"{len(reachable)}/{len(snap.hosts)}",
         str(len(snap.vms)),
         f"{wall:.2f}",
+        f"{cpu:.2f}",
         f"{slowest:.2f}",
         f"{total:.2f}",
         f"{min(calls)}-{max(calls)}",
     ]
+    return row, wall
+
+
+def baseline(cluster: Cluster) -> tuple[float, float, int]:
+    """The plain loop the observer is measured against: (wall s, CPU s, VMs seen)."""
+    libvirt.registerErrorHandler(lambda *_: None, None)
+    began, cpu = time.perf_counter(), cpu_seconds()
+    vms = 0
+    for host in cluster.spec.hosts:
+        conn = libvirt.open(host.uri)
+        conn.getInfo()
+        for dom in conn.listAllDomains(0):
+            dom.XMLDesc(0)
+            dom.info()
+            vms += 1
+        conn.close()
+    return time.perf_counter() - began, cpu_seconds() - cpu, vms
+
+
+def _spin(stop: Any) -> None:
+    while not stop.is_set():
+        pass
+
+
+@contextlib.contextmanager
+def busy_machine(per_core: int = 2) -> Iterator[int]:
+    """``per_core`` spinning processes per CPU core for the duration."""
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    procs = [
+        ctx.Process(target=_spin, args=(stop,), daemon=True)
+        for _ in range(per_core * (os.cpu_count() or 1))
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        yield len(procs)
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--hosts", type=int, default=200)
-    parser.add_argument("--vms", type=int, default=30, help="VMs per test-driver host")
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--vms", type=int, default=27, help="VMs per test-driver host")
+    parser.add_argument("--rounds", type=int, default=3, help="baseline/observer pairs")
     parser.add_argument("--no-lab", action="store_true", help="skip the real-lab scenarios")
     args = parser.parse_args(argv)
     rows: list[list[str]] = []
@@ -129,10 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="obs-bench-") as tmp:
         base = Path(tmp)
         cluster = libvirt_lab.write_node_files(base / "nodes", args.hosts, args.vms)
-        rows.append(run(f"test-driver {args.hosts}x{args.vms}", cluster, sample_interval=0.5))
-        rows.append(
-            run(f"test-driver {args.hosts}x{args.vms}, no pause", cluster, sample_interval=0)
+        ratios = []
+        for i in range(args.rounds):
+            plain, plain_cpu, vms = baseline(cluster)
+            rows.append(
+                ["baseline loop", "", str(vms), f"{plain:.2f}", f"{plain_cpu:.2f}", "", "", ""]
+            )
+            row, wall = run(f"test-driver {args.hosts}x{args.vms}", cluster)
+            rows.append(row)
+            ratios.append(wall / plain)
+            notes.append(f"round {i + 1}: observer/baseline {wall / plain:.2f}x")
+        notes.append(
+            f"observer/baseline, median of {args.rounds} rounds: {statistics.median(ratios):.2f}x"
+            f" (target <= 1.2x)"
         )
+        with busy_machine() as spinners:
+            row, _ = run(
+                f"  busy ({spinners} spinning processes), timeouts 3s",
+                cluster,
+                call_timeout=3,
+                connect_timeout=3,
+            )
+            rows.append(row)
+        share = ClusterSpec(hosts=cluster.spec.hosts[:200])
+        small = cluster.model_copy(update={"spec": share})
         with contextlib.ExitStack() as stack:
             hung = [
                 Host(name=f"hung-{i}", uri=stack.enter_context(silent_socket(base / f"hung{i}")))
@@ -140,11 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             rows.append(
                 run(
-                    "  + 3 hung hosts (connect timeout 2s)",
-                    with_hosts(cluster, hung),
-                    sample_interval=0.5,
+                    f"  {len(share.hosts)} hosts + 3 hung (connect timeout 2s)",
+                    with_hosts(small, hung),
                     connect_timeout=2,
-                )
+                )[0]
             )
         if not args.no_lab:
             try:
@@ -157,14 +243,14 @@ def main(argv: list[str] | None = None) -> int:
 
                     lab_cluster = load_desired(lab.cluster_dir).cluster
                     observe_cluster(lab_cluster, sample_interval=0)  # warm-up after boot
-                    rows.append(run("lab 3x8 (real QEMU)", lab_cluster, sample_interval=0.5))
+                    rows.append(run("lab 3x8 (real QEMU)", lab_cluster)[0])
                     upstream = Path(lab.hosts[0].path) / "sock" / "libvirt-sock"
                     with slow_proxy(upstream, base / "slow-sock", 0.05) as slow_uri:
                         slow = replace_uri(lab_cluster, "kvm-01", slow_uri)
-                        rows.append(run("  kvm-01 behind 50 ms/request", slow, sample_interval=0.5))
+                        rows.append(run("  kvm-01 behind 50 ms/request", slow)[0])
                 finally:
                     libvirt_lab.stop_lab(base / "lab")
-    header = ["scenario", "reachable", "VMs", "wall s", "slowest s", "sum s", "calls/host"]
+    header = ["scenario", "reachable", "VMs", "wall s", "CPU s", "slowest s", "sum s", "calls/host"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -202,15 +202,29 @@ def migration_blockers(
                 out.append(
                     Unmigratable(code=UnmigratableReason.OTHER, detail=f"virtiofs share {tag}")
                 )
-    cpu = domain.find("cpu")
-    if cpu_models_differ and cpu is not None and cpu.get("mode") in ("host-passthrough", "maximum"):
-        out.append(
-            Unmigratable(
-                code=UnmigratableReason.HOST_PASSTHROUGH_CPU,
-                detail=f"CPU mode {cpu.get('mode')} and the hosts have different CPU models",
-            )
-        )
+    mode = passthrough_cpu_mode(domain)
+    if cpu_models_differ and mode is not None:
+        out.append(passthrough_blocker(mode))
     return out
+
+
+def passthrough_cpu_mode(domain: ET.Element) -> str | None:
+    """``host-passthrough`` or ``maximum`` when the domain takes the host's own CPU model.
+
+    Such a VM blocks migration only while the cluster's hosts report different CPU models,
+    which is known once every host is observed; ``migration_blockers`` checks it then.
+    """
+    cpu = domain.find("cpu")
+    mode = cpu.get("mode") if cpu is not None else None
+    return mode if mode in ("host-passthrough", "maximum") else None
+
+
+def passthrough_blocker(mode: str) -> Unmigratable:
+    """The ``HostPassthroughCpu`` reason of a VM whose CPU mode is ``mode``."""
+    return Unmigratable(
+        code=UnmigratableReason.HOST_PASSTHROUGH_CPU,
+        detail=f"CPU mode {mode} and the hosts have different CPU models",
+    )
 
 
 def _address(element: ET.Element) -> str:

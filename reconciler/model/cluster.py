@@ -140,7 +140,7 @@ class Observe(Frozen):
         default=None,
         ge=1,
         le=4096,
-        description="Hosts observed at the same time, at most. Default: 16 per CPU core.",
+        description="Hosts observed at the same time, at most. Default: 4 per CPU core.",
     )
 
 

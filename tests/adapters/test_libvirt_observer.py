@@ -7,9 +7,12 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import libvirt
 import pytest
 
+from reconciler.adapters import libvirt_observe_host as observe_host
 from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab import node_xml, write_node_files
 from reconciler.adapters.libvirt_observer import observe_cluster, observe_settings
@@ -277,3 +280,90 @@ def test_settings_come_from_the_cluster_and_overrides_win() -> None:
         observe_settings(cluster, call_timeout=0)
     with pytest.raises(ConfigError, match="connect timeout"):
         observe_settings(cluster, connect_timeout=-1)
+
+
+def test_a_call_deadline_does_not_count_local_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # this machine is slow to parse (busy), the host answers at once: the host is fine
+    uri = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
+    slow_parse = observe_host._parse_vm
+
+    def busy(*args: Any) -> Any:
+        time.sleep(0.4)
+        return slow_parse(*args)
+
+    monkeypatch.setattr(observe_host, "_parse_vm", busy)
+    snap = observe_cluster(cluster_of(("kvm-01", uri)), call_timeout=0.2, sample_interval=0)
+    assert snap.hosts[0].reachable, snap.hosts[0].error
+    assert [vm.name for vm in snap.vms] == ["web-1"]
+    assert snap.hosts[0].observe_seconds < 0.4  # the host's own time, not ours
+
+
+def test_a_host_hung_in_a_call_is_cut_off_at_the_call_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
+    hung_file = write(tmp_path / "b.xml", vm_xml("db-1", "11111111-2222-4333-8444-000000000002"))
+    answer = libvirt.virConnect.getHostname
+
+    def hangs(conn: libvirt.virConnect) -> str:
+        if hung_file.removeprefix("test://") in conn.getURI():
+            time.sleep(5)
+        return str(answer(conn))
+
+    monkeypatch.setattr(libvirt.virConnect, "getHostname", hangs)
+    began = time.monotonic()
+    snap = observe_cluster(
+        cluster_of(("kvm-01", good), ("kvm-02", hung_file), ("kvm-03", good)),
+        call_timeout=0.5,
+        sample_interval=0,
+        concurrency=1,
+    )
+    elapsed = time.monotonic() - began
+    ok, down, also_ok = snap.hosts
+    assert ok.reachable
+    assert also_ok.reachable, "the stuck thread was not replaced"
+    assert not down.reachable
+    assert "did not answer getHostname within the call timeout of 0.5s" in (down.error or "")
+    assert 0.5 <= down.observe_seconds < 2
+    assert elapsed < 4, f"a hung call held the observer for {elapsed:.1f}s"
+    assert sorted(vm.name for vm in snap.vms) == ["web-1", "web-1"]
+
+
+def test_cpu_samples_are_two_sweeps_not_a_pause_per_host(tmp_path: Path) -> None:
+    cluster = write_node_files(tmp_path, 12, 2)
+    began = time.monotonic()
+    snap = observe_cluster(cluster, sample_interval=0.5, concurrency=1)
+    elapsed = time.monotonic() - began
+    assert all(h.reachable for h in snap.hosts)
+    # one thread sleeping 0.5 s per host would need 6 s
+    assert elapsed < 4, f"{elapsed:.1f}s: the sample interval was waited per host"
+
+
+def test_processes_give_the_same_snapshot(tmp_path: Path) -> None:
+    cluster = write_node_files(tmp_path / "nodes", 7, 3)
+    one = observe_cluster(cluster, sample_interval=0, processes=1, now=NOW)
+    three = observe_cluster(cluster, sample_interval=0, processes=3, concurrency=3, now=NOW)
+
+    def shape(snap: Snapshot) -> Any:
+        hosts = [h.model_dump(exclude={"observe_seconds", "cpu_utilisation"}) for h in snap.hosts]
+        return hosts, [vm.model_dump(exclude={"cpu_used"}) for vm in snap.vms]
+
+    assert shape(three) == shape(one)
+    assert len(three.vms) == 21
+
+
+@pytest.mark.parametrize(
+    ("uri", "remote"),
+    [
+        ("test:///tmp/node.xml", False),
+        ("qemu:///system", False),
+        ("qemu+unix:///system?socket=/run/x", True),
+        ("qemu+ssh://root@kvm-01/system", True),
+        ("qemu+tls://kvm-01.example.net/system", True),
+        ("qemu://kvm-01/system", True),
+    ],
+)
+def test_keepalive_only_on_connections_that_cross_a_socket(uri: str, remote: bool) -> None:
+    assert observe_host._is_remote(uri) is remote

@@ -1,0 +1,449 @@
+"""One host's observation in two steps over one open connection.
+
+``first_sweep`` opens the connection and takes everything (host facts, the first CPU sample,
+every VM's stats and XML); ``second_sweep`` takes the second CPU sample, closes the connection
+and builds the models. The pool (``libvirt_observe_pool``) runs the second step of a host once
+its sample interval has passed, so no thread sleeps for a host.
+
+Every libvirt call goes through ``Probe.call``, which records when it started: the pool's
+watchdog cuts a host off when one call has waited longer than its timeout. Parsing happens
+after the call returns, outside the timed window, so the deadline measures the host's answer
+and not this machine's load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import libvirt
+
+from reconciler.adapters.domain_metadata import parse_metadata_element
+from reconciler.adapters.domain_xml import (
+    domain_facts,
+    migration_blockers,
+    passthrough_cpu_mode,
+)
+from reconciler.errors import HostTimeout, HostUnreachable
+from reconciler.model.snapshot import (
+    HostState,
+    ReconcilerState,
+    Unmigratable,
+    UnmigratableReason,
+    VmRunState,
+    VmState,
+)
+
+T = TypeVar("T")
+
+# libvirt's virDomain*Reason enums, by state
+_REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
+    VmRunState.RUNNING: (
+        "unknown",
+        "booted",
+        "migrated",
+        "restored",
+        "from snapshot",
+        "unpaused",
+        "migration canceled",
+        "save canceled",
+        "wakeup",
+        "crashed",
+        "post-copy",
+        "post-copy failed",
+    ),
+    VmRunState.PAUSED: (
+        "unknown",
+        "user",
+        "migration",
+        "save",
+        "dump",
+        "I/O error",
+        "watchdog",
+        "from snapshot",
+        "shutting down",
+        "snapshot",
+        "crashed",
+        "starting up",
+        "post-copy",
+        "post-copy failed",
+        "API error",
+    ),
+    VmRunState.SHUTDOWN: ("unknown", "user", "daemon"),
+    VmRunState.SHUTOFF: (
+        "unknown",
+        "shutdown",
+        "destroyed",
+        "crashed",
+        "migrated",
+        "saved",
+        "failed",
+        "from snapshot",
+        "daemon",
+    ),
+    VmRunState.CRASHED: ("unknown", "panicked"),
+    VmRunState.PMSUSPENDED: ("unknown",),
+    VmRunState.BLOCKED: ("unknown",),
+    VmRunState.NOSTATE: ("unknown",),
+}
+MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
+
+_STATS: Final = (
+    libvirt.VIR_DOMAIN_STATS_STATE
+    | libvirt.VIR_DOMAIN_STATS_CPU_TOTAL
+    | libvirt.VIR_DOMAIN_STATS_BALLOON
+    | libvirt.VIR_DOMAIN_STATS_VCPU
+)
+KEEPALIVE_COUNT: Final = 3
+"""Unanswered keepalive messages after which libvirt drops a remote connection."""
+
+
+class Abandoned(Exception):
+    """The pool gave up on this host (a call passed its timeout); its thread stops here."""
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What one host's observation needs to know; plain values so it crosses processes."""
+
+    connect_timeout: float
+    call_timeout: float
+    sample_interval: float
+    shared_paths: tuple[str, ...]
+
+
+@dataclass
+class _Vm:
+    """A VM after the first sweep: what its XML and first stats said, before CPU rates."""
+
+    name: str
+    uuid: str
+    stats: dict[str, Any]
+    persistent: bool
+    facts_vcpus: int
+    facts_memory_max: int
+    facts_memory_current: int
+    labels: dict[str, str]
+    reconciler: ReconcilerState
+    blockers: list[Unmigratable]
+    passthrough: str | None
+
+
+@dataclass
+class Probe:
+    """The observation of one host: its connection, the call in flight and what it found."""
+
+    name: str
+    uri: str
+    settings: ProbeSettings
+    conn: Any = None
+    calls: int = 0
+    waited: float = 0.0
+    """Seconds spent waiting for this host's answers (the host's own time, as measured here)."""
+    call_name: str = "open"
+    call_started: float | None = None
+    """When the call in flight started (monotonic); None between calls."""
+    call_limit: float = 0.0
+    abandoned: bool = False
+    first_at: float = 0.0
+    """Midpoint of the first ``getAllDomainStats`` (monotonic), the start of the CPU interval."""
+    host: dict[str, Any] = field(default_factory=dict)
+    cpu_first: dict[str, int] = field(default_factory=dict)
+    vms: list[_Vm] = field(default_factory=list)
+
+    def call(self, name: str, fn: Callable[..., T], *args: Any, limit: float | None = None) -> T:
+        """``fn(*args)`` timed as one call to this host; libvirt errors become ours."""
+        if self.abandoned:
+            raise Abandoned
+        self.call_name = name
+        self.call_limit = self.settings.call_timeout if limit is None else limit
+        self.calls += 1
+        started = time.monotonic()
+        self.call_started = started
+        try:
+            return fn(*args)
+        except libvirt.libvirtError as err:
+            if self.abandoned:
+                raise Abandoned from err
+            raise _mapped(self.uri, name, err) from err
+        finally:
+            self.call_started = None
+            self.waited += time.monotonic() - started
+            if self.abandoned:
+                self.close()
+                raise Abandoned  # the pool already reported this host
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.close()
+
+    def timeout_error(self) -> HostTimeout:
+        """Why the pool cut this host off."""
+        if self.call_name == "open":
+            return HostTimeout(
+                f"no answer from {self.uri} within the connect timeout of "
+                f"{self.settings.connect_timeout:g}s",
+                hint="check the host and its libvirtd; a hung daemon accepts but never answers",
+            )
+        return HostTimeout(
+            f"{self.uri} did not answer {self.call_name} within the call timeout of "
+            f"{self.settings.call_timeout:g}s",
+            hint="check the host's libvirtd",
+        )
+
+
+def _mapped(uri: str, name: str, err: libvirt.libvirtError) -> HostUnreachable | HostTimeout:
+    if name == "open":
+        return HostUnreachable(
+            f"cannot connect to {uri}: {err}",
+            hint="check the host is up and its URI in cluster.yaml",
+        )
+    if err.get_error_code() in (
+        libvirt.VIR_ERR_OPERATION_TIMEOUT,
+        libvirt.VIR_ERR_AGENT_UNRESPONSIVE,
+    ):
+        return HostTimeout(f"{name} timed out on {uri}: {err}")
+    return HostUnreachable(f"{name} failed on {uri}: {err}")
+
+
+def _is_remote(uri: str) -> bool:
+    # test:///..., qemu:///system: in-process or a local daemon; a host part or a transport
+    # (qemu+ssh://kvm-01/system, qemu+tcp://...) means a network connection worth a keepalive
+    scheme, _, rest = uri.partition("://")
+    return "+" in scheme or not rest.startswith("/")
+
+
+def first_sweep(probe: Probe) -> None:
+    """Open the connection and take the first sample of everything (the connection stays open)."""
+    s = probe.settings
+    probe.conn = probe.call("open", libvirt.open, probe.uri, limit=s.connect_timeout)
+    conn = probe.conn
+    if _is_remote(probe.uri):
+        # libvirt's own dead-peer detection: a host that stops answering fails its calls
+        interval = max(1, round(s.call_timeout / (KEEPALIVE_COUNT + 1)))
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.setKeepAlive(interval, KEEPALIVE_COUNT)
+    caps = probe.call("getCapabilities", conn.getCapabilities)
+    info = probe.call("getInfo", conn.getInfo)
+    hostname = probe.call("getHostname", conn.getHostname)
+    lib_version = probe.call("getLibVersion", conn.getLibVersion)
+    hv_type = probe.call("getType", conn.getType)
+    hv_version = probe.call("getVersion", conn.getVersion)
+    free = probe.call("getFreeMemory", conn.getFreeMemory)
+    probe.cpu_first = probe.call(
+        "getCPUStats", conn.getCPUStats, libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0
+    )
+    before = time.monotonic()
+    records = probe.call("getAllDomainStats", conn.getAllDomainStats, _STATS, 0)
+    probe.first_at = (before + time.monotonic()) / 2
+    transient = {
+        d.UUIDString()
+        for d in probe.call(
+            "listAllDomains", conn.listAllDomains, libvirt.VIR_CONNECT_LIST_DOMAINS_TRANSIENT
+        )
+    }
+    xmls: list[str | None] = []
+    for dom, _stats in records:
+        try:
+            xmls.append(probe.call("XMLDesc", dom.XMLDesc, 0))
+        except HostUnreachable as err:
+            cause = err.__cause__
+            if (
+                isinstance(cause, libvirt.libvirtError)
+                and cause.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
+            ):
+                xmls.append(None)  # gone meanwhile (e.g. migrated away)
+                continue
+            raise
+    # everything below is local work, outside any call's deadline
+    root = ET.fromstring(caps)
+    probe.host = {
+        "uuid": root.findtext("host/uuid"),
+        "hostname": hostname,
+        "arch": root.findtext("host/cpu/arch"),
+        "cpu_model": root.findtext("host/cpu/model"),
+        "cpus": int(info[2]),
+        "memory_total": int(info[1]) * 1024**2,
+        "memory_free": int(free),
+        "libvirt_version": _version(int(lib_version)),
+        "hypervisor": str(hv_type),
+        "hypervisor_version": _version(int(hv_version)),
+    }
+    probe.vms = [
+        _parse_vm(dom.name(), dom.UUIDString(), stats, xml, probe.settings.shared_paths, transient)
+        for (dom, stats), xml in zip(records, xmls, strict=True)
+    ]
+
+
+def _parse_vm(
+    name: str,
+    uuid: str,
+    stats: dict[str, Any],
+    xml: str | None,
+    shared_paths: tuple[str, ...],
+    transient: set[str],
+) -> _Vm:
+    domain: ET.Element | None = None
+    blockers: list[Unmigratable] = []
+    if xml is not None:
+        try:
+            domain = ET.fromstring(xml)
+        except ET.ParseError as err:
+            blockers.append(
+                Unmigratable(code=UnmigratableReason.OTHER, detail=f"domain XML unreadable: {err}")
+            )
+    else:
+        blockers.append(
+            Unmigratable(code=UnmigratableReason.OTHER, detail="domain XML not available")
+        )
+    if domain is None:
+        return _Vm(
+            name=name,
+            uuid=uuid,
+            stats=stats,
+            persistent=uuid not in transient,
+            facts_vcpus=0,
+            facts_memory_max=0,
+            facts_memory_current=0,
+            labels={},
+            reconciler=ReconcilerState(),
+            blockers=blockers,
+            passthrough=None,
+        )
+    facts = domain_facts(domain)
+    meta = parse_metadata_element(domain)
+    blockers += migration_blockers(domain, shared_paths=shared_paths)
+    return _Vm(
+        name=name,
+        uuid=uuid,
+        stats=stats,
+        persistent=uuid not in transient,
+        facts_vcpus=facts.vcpus,
+        facts_memory_max=facts.memory_max,
+        facts_memory_current=facts.memory_current,
+        labels=meta.labels,
+        reconciler=meta.state,
+        blockers=blockers,
+        passthrough=passthrough_cpu_mode(domain),
+    )
+
+
+def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | None]]]:
+    """The second CPU sample, then the models; closes the connection.
+
+    Each VM comes with its CPU mode when that is host-passthrough or maximum: whether that
+    blocks migration depends on every host's CPU model, known only to the caller.
+    """
+    conn = probe.conn
+    cpu_second = probe.call("getCPUStats", conn.getCPUStats, libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0)
+    before = time.monotonic()
+    second = probe.call(
+        "getAllDomainStats", conn.getAllDomainStats, libvirt.VIR_DOMAIN_STATS_CPU_TOTAL, 0
+    )
+    elapsed_ns = int(((before + time.monotonic()) / 2 - probe.first_at) * 1e9)
+    probe.close()
+    cpu_after = {dom.UUIDString(): stats.get("cpu.time") for dom, stats in second}
+    vms = [
+        (_vm_state(probe.name, vm, cpu_after.get(vm.uuid), elapsed_ns), vm.passthrough)
+        for vm in probe.vms
+    ]
+    host = HostState(
+        name=probe.name,
+        uri=probe.uri,
+        reachable=True,
+        cpu_utilisation=_host_cpu_busy(probe.cpu_first, cpu_second),
+        libvirt_calls=probe.calls,
+        observe_seconds=round(probe.waited, 4),
+        **probe.host,
+    )
+    return host, vms
+
+
+def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> VmState:
+    stats = vm.stats
+    state = VmRunState.from_code(stats.get("state.state", 0))
+    reasons = _REASONS[state]
+    reason_code = stats.get("state.reason", 0)
+    reason = (
+        reasons[reason_code]
+        if isinstance(reason_code, int) and 0 <= reason_code < len(reasons)
+        else str(reason_code)
+    )
+    cpu_used: float | None = None
+    cpu_before = stats.get("cpu.time")
+    if (
+        isinstance(cpu_before, int)
+        and isinstance(cpu_time_after, int)
+        and cpu_time_after >= cpu_before
+        and elapsed_ns > 0
+    ):
+        cpu_used = round((cpu_time_after - cpu_before) / elapsed_ns, 4)
+    memory_used = _kib(stats, "balloon.rss")
+    available, unused = _kib(stats, "balloon.available"), _kib(stats, "balloon.unused")
+    if memory_used is None and available is not None and unused is not None:
+        memory_used = max(0, available - unused)
+    vcpus = stats.get("vcpu.current")
+    memory_max = _kib(stats, "balloon.maximum")
+    memory_current = _kib(stats, "balloon.current")
+    blockers = list(vm.blockers)
+    if state not in MIGRATABLE_STATES:
+        blockers.insert(
+            0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
+        )
+    return VmState(
+        name=vm.name,
+        uuid=vm.uuid,
+        host=host,
+        state=state,
+        state_reason=reason,
+        persistent=vm.persistent,
+        vcpus=vcpus if isinstance(vcpus, int) else vm.facts_vcpus,
+        memory_max=memory_max if memory_max is not None else vm.facts_memory_max,
+        memory_current=memory_current if memory_current is not None else vm.facts_memory_current,
+        cpu_used=cpu_used,
+        memory_used=memory_used,
+        labels=vm.labels,
+        reconciler=vm.reconciler,
+        migratable=not blockers,
+        unmigratable=blockers,
+    )
+
+
+def unreachable(probe: Probe, error: Exception) -> HostState:
+    """The host as reported when it failed: never empty, always with the reason."""
+    return HostState(
+        name=probe.name,
+        uri=probe.uri,
+        reachable=False,
+        error=str(error),
+        libvirt_calls=probe.calls,
+        observe_seconds=round(max(0.0, probe.waited), 4),
+    )
+
+
+def _version(number: int) -> str:
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+def _host_cpu_busy(first: dict[str, int], second: dict[str, int]) -> float | None:
+    """Host CPU busy in percent between two ``getCPUStats`` samples; None if they don't move."""
+    keys = ("kernel", "user", "idle", "iowait")
+    if not all(k in first and k in second for k in keys[:3]):
+        return None
+    deltas = {k: second.get(k, 0) - first.get(k, 0) for k in keys}
+    total = sum(deltas.values())
+    if total <= 0 or any(d < 0 for d in deltas.values()):
+        return None
+    busy = total - deltas["idle"] - deltas["iowait"]
+    return round(min(100.0, max(0.0, 100.0 * busy / total)), 2)
+
+
+def _kib(stats: dict[str, Any], key: str) -> int | None:
+    value = stats.get(key)
+    return int(value) * 1024 if isinstance(value, int) and value >= 0 else None

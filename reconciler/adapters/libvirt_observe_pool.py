@@ -1,0 +1,176 @@
+"""Observe many hosts with a small pool of threads: two sweeps, one deadline per call.
+
+A few threads hide the hosts' latency (libvirt releases the GIL while it waits for an answer);
+more would only fight over the GIL for the parsing. Each host is visited twice over its open
+connection: the first sweep takes everything, the second, due ``sample_interval`` after the
+first, takes the second CPU sample. A due second visit goes before a new host's first, so few
+connections stay open; a host whose interval has not passed waits in a queue, not in a thread.
+
+A watchdog (the calling thread) cuts a host off when one of its calls has waited longer than
+its timeout (the connect timeout for opening, the call timeout for every other call). The
+thread stuck in that call is left behind (libvirt's keepalive ends it on a remote connection)
+and a new thread takes its place, so a hung host costs its timeout and one thread, never the
+others' time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+import sys
+import threading
+import time
+from collections import deque
+from typing import Final
+
+import libvirt
+
+from reconciler.adapters.libvirt_observe_host import (
+    Abandoned,
+    Probe,
+    ProbeSettings,
+    first_sweep,
+    second_sweep,
+    unreachable,
+)
+from reconciler.errors import HostUnreachable, ReconcilerError
+from reconciler.model.snapshot import HostState, VmState
+
+HostResult = tuple[HostState, list[tuple[VmState, str | None]]]
+"""A host and its VMs, each VM with its CPU mode when that is host-passthrough or maximum."""
+
+WATCH_PERIOD: Final = 0.1
+"""Longest sleep of the watchdog: a deadline is noticed this late at most."""
+
+_loop_lock = threading.Lock()
+_loop_started: list[bool] = []  # one entry once the loop runs
+
+
+def ensure_event_loop() -> None:
+    """libvirt's default event loop, run by one daemon thread: keepalive needs it."""
+    with _loop_lock:
+        if _loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+        threading.Thread(target=_run_event_loop, name="libvirt-events", daemon=True).start()
+        _loop_started.append(True)
+
+
+def _run_event_loop() -> None:
+    while True:
+        libvirt.virEventRunDefaultImpl()
+
+
+class _Pool:
+    def __init__(self, probes: list[Probe], interval: float) -> None:
+        self.probes = probes
+        self.interval = interval
+        self.cond = threading.Condition()
+        self.fresh: deque[int] = deque(range(len(probes)))
+        self.due: list[tuple[float, int]] = []  # (when, index): second visits, a heap
+        self.active: set[int] = set()
+        self.results: dict[int, HostResult] = {}
+        self.closed = False
+
+    def _next(self) -> tuple[int, bool] | None:
+        """(index, second visit?) of the next task, waiting for one; None when all is done."""
+        with self.cond:
+            while not self.closed:
+                now = time.monotonic()
+                if self.due and self.due[0][0] <= now:
+                    index = heapq.heappop(self.due)[1]
+                    self.active.add(index)
+                    return index, True
+                if self.fresh:
+                    index = self.fresh.popleft()
+                    self.active.add(index)
+                    return index, False
+                self.cond.wait(self.due[0][0] - now if self.due else None)
+            return None
+
+    def work(self) -> None:
+        while (task := self._next()) is not None:
+            index, second = task
+            probe = self.probes[index]
+            try:
+                if second:
+                    self._finish(index, second_sweep(probe))
+                    continue
+                first_sweep(probe)
+                with self.cond:
+                    self.active.discard(index)
+                    if index not in self.results:
+                        heapq.heappush(self.due, (probe.first_at + self.interval, index))
+                        self.cond.notify_all()
+            except Abandoned:
+                return  # the watchdog reported this host and started a thread in our place
+            except ReconcilerError as err:
+                probe.close()
+                self._finish(index, (unreachable(probe, err), []))
+            except Exception as err:  # one odd host must not end it all
+                probe.close()
+                wrapped = HostUnreachable(f"observing {probe.uri} failed: {err!r}")
+                self._finish(index, (unreachable(probe, wrapped), []))
+
+    def _finish(self, index: int, result: HostResult) -> None:
+        with self.cond:
+            self.active.discard(index)
+            self.results.setdefault(index, result)
+            self.cond.notify_all()
+
+    def watch(self, threads: int) -> list[HostResult]:
+        """Start the threads, cut off hosts past a deadline, return every host's result."""
+        for _ in range(threads):
+            self._spawn()
+        with self.cond:
+            while len(self.results) < len(self.probes):
+                now = time.monotonic()
+                for index in list(self.active):
+                    probe = self.probes[index]
+                    started = probe.call_started
+                    if started is not None and now - started > probe.call_limit:
+                        probe.abandoned = True
+                        probe.waited += now - started
+                        self.active.discard(index)
+                        self.results[index] = (unreachable(probe, probe.timeout_error()), [])
+                        self._spawn()
+                if len(self.results) < len(self.probes):
+                    self.cond.wait(WATCH_PERIOD)
+            self.closed = True
+            self.cond.notify_all()
+        return [self.results[i] for i in range(len(self.probes))]
+
+    def _spawn(self) -> None:
+        # daemon: a thread stuck in a hung host's call must not keep the process alive
+        threading.Thread(target=self.work, name="observe", daemon=True).start()
+
+
+def observe_hosts(
+    hosts: list[tuple[str, str]], settings: ProbeSettings, threads: int
+) -> list[HostResult]:
+    """Observe ``hosts`` (name, URI) with ``threads`` threads; results in the same order."""
+    if not hosts:
+        return []
+    libvirt.registerErrorHandler(lambda *_: None, None)  # errors are reported, not printed
+    ensure_event_loop()
+    probes = [Probe(name=name, uri=uri, settings=settings) for name, uri in hosts]
+    pool = _Pool(probes, settings.sample_interval)
+    return pool.watch(max(1, min(threads, len(hosts))))
+
+
+def child_main() -> None:
+    """Run as ``python -m reconciler.adapters.libvirt_observe_pool`` by the observer.
+
+    Reads ``(hosts, settings, threads)`` pickled on stdin, writes the results pickled on
+    stdout, and exits at once: threads stuck in a hung host's call must not hold it open.
+    """
+    hosts, settings, threads = pickle.load(sys.stdin.buffer)
+    out = pickle.dumps(observe_hosts(hosts, settings, threads), pickle.HIGHEST_PROTOCOL)
+    sys.stdout.buffer.write(out)
+    sys.stdout.buffer.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    child_main()
