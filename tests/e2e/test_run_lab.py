@@ -1,0 +1,181 @@
+"""``reconciler run`` with ``mode: apply`` on a real lab: it balances on its own, acts on a
+placement edit within seconds, exposes its metrics, and a standby takes over when the active
+instance is killed. Afterwards every VM runs exactly once, unpaused, defined where it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.lab import Lab
+from reconciler.adapters.yaml_edit import write_placement
+from tests.e2e.test_apply_cli import assert_sound, domains
+from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+
+pytestmark = pytest.mark.lab
+pytest.importorskip("libvirt")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def lab3(tmp_path: Path) -> Iterator[Lab]:
+    directory = tmp_path / "lab"
+    lab = start_lab_or_skip(directory, hosts=3, vms=6)
+    try:
+        yield lab
+    finally:
+        stop_and_check(directory)
+
+
+def running_on(lab: Lab, vm: str) -> list[str]:
+    """Hosts where ``vm`` runs now (mid-migration the incoming copy is paused, not running)."""
+    import libvirt
+
+    return [h for h, _, state in domains(lab).get(vm, []) if state == libvirt.VIR_DOMAIN_RUNNING]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start(folder: Path, state: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reconciler",
+                "run",
+                str(folder),
+                "--state-dir",
+                str(state),
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def metric(port: int, name: str, labels: str = "") -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    total = None
+    for line in text.splitlines():
+        if line.startswith(name) and labels in line and not line.startswith("#"):
+            m = re.match(rf"{name}(\{{[^}}]*\}})? (\S+)", line)
+            if m:
+                total = (total or 0.0) + float(m.group(2))
+    return total
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float, log: Path) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if check():
+            return time.monotonic() - began
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout}s\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    return proc.wait(timeout=120)
+
+
+def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    folder, state, log = lab3.cluster_dir, tmp_path / "state", tmp_path / "run.log"
+    policy = folder / "policy.yaml"
+    text = re.sub(r"(?m)^  mode: \w+", "  mode: apply", policy.read_text())
+    text = re.sub(r"(?ms)^  windows:.*?(?=^  \w|\Z)", "", text)  # always, not in a window
+    assert "mode: apply" in text
+    assert "windows" not in text
+    policy.write_text(text)
+    first_port, second_port = free_port(), free_port()
+    first = start(folder, state, first_port, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(
+            "the first instance leads",
+            lambda: metric(first_port, "reconciler_leader") == 1,
+            60,
+            log,
+        )
+        # It balances on its own: migrations succeed, then a plan has nothing left to do.
+        wait_until(
+            "balanced by migrations",
+            lambda: (metric(first_port, "reconciler_migrations_total", 'outcome="succeeded"') or 0)
+            > 0
+            and subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "reconciler",
+                    "plan",
+                    str(folder),
+                    "--state-dir",
+                    str(tmp_path / "plan-state"),
+                ],
+                capture_output=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                check=False,
+            ).returncode
+            == 0,
+            180,
+            log,
+        )
+        for name in (
+            "reconciler_reconciles_total",
+            "reconciler_spread",
+            "reconciler_host_score",
+            "reconciler_host_reachable",
+            "reconciler_host_last_observed_timestamp_seconds",
+        ):
+            assert metric(first_port, name) is not None, name
+        where = assert_sound(lab3)
+        # A placement edit is acted on within seconds, not at the next interval.
+        vm, host = sorted(where.items())[0]
+        target = next(h.name for h in lab3.hosts if h.name != host)
+        write_placement(folder / "placement.yaml", {vm: target})
+        took = wait_until(
+            f"{vm} moved to {target}", lambda: running_on(lab3, vm) == [target], 60, log
+        )
+        assert took < 30
+        # A second instance stands by, and takes over when the first is killed.
+        second = start(folder, state, second_port, log)
+        wait_until(
+            "the standby answers", lambda: metric(second_port, "reconciler_leader") == 0, 60, log
+        )
+        stop(first, signal.SIGKILL)
+        wait_until(
+            "the standby leads", lambda: metric(second_port, "reconciler_leader") == 1, 30, log
+        )
+        assert stop(second) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert_sound(lab3)
