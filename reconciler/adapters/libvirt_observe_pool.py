@@ -26,6 +26,7 @@ from typing import Final
 
 import libvirt
 
+from reconciler.adapters.libvirt_connection import ensure_event_loop
 from reconciler.adapters.libvirt_observe_host import (
     Abandoned,
     Probe,
@@ -42,24 +43,6 @@ HostResult = tuple[HostState, list[tuple[VmState, str | None]]]
 
 WATCH_PERIOD: Final = 0.1
 """Longest sleep of the watchdog: a deadline is noticed this late at most."""
-
-_loop_lock = threading.Lock()
-_loop_started: list[bool] = []  # one entry once the loop runs
-
-
-def ensure_event_loop() -> None:
-    """libvirt's default event loop, run by one daemon thread: keepalive needs it."""
-    with _loop_lock:
-        if _loop_started:
-            return
-        libvirt.virEventRegisterDefaultImpl()
-        threading.Thread(target=_run_event_loop, name="libvirt-events", daemon=True).start()
-        _loop_started.append(True)
-
-
-def _run_event_loop() -> None:
-    while True:
-        libvirt.virEventRunDefaultImpl()
 
 
 class _Pool:
