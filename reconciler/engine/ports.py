@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from reconciler.model.audit import PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
-from reconciler.model.audit import RepoCommit
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
@@ -127,16 +127,6 @@ class StateRepo(Protocol):
         """Compare-and-swap ``branch`` from ``expected`` (None: absent) to ``commit`` (None:
         delete); raises PushRejected when the branch moved."""
         ...
-
-
-class PullRequest(Frozen):
-    """An open proposal on a forge (a GitHub/Gitea pull request, a GitLab merge request)."""
-
-    number: int
-    url: str
-    title: str = ""
-    body: str = ""
-    head: str = ""
 
 
 class Forge(Protocol):

@@ -23,3 +23,12 @@ class RepoCommit(Frozen):
         """The last value of trailer ``key`` (case-insensitive), None when absent."""
         values = self.trailers.get(key.lower())
         return values[-1] if values else None
+
+
+class PullRequest(Frozen):
+    """An open proposal on a forge (a GitHub/Gitea pull request, a GitLab merge request)."""
+
+    number: int
+    url: str = ""
+    title: str = ""
+    body: str = ""
