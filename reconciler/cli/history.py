@@ -16,7 +16,7 @@ from reconciler.cli.common import (
 )
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
 from reconciler.errors import ConfigError
-from reconciler.model.audit import AuditEntry, AuditMove, MoveHistory, RepoCommit
+from reconciler.model.audit import AuditEntry, AuditMove, MoveHistory, RepoCommit, short_id
 
 TRIGGER_TRAILER = "Reconciler-Trigger"
 ACTOR_TRAILER = "Reconciler-Actor"
@@ -107,7 +107,7 @@ def history_text(history: MoveHistory) -> str:
         what = f"{e.kind}" + (f" ({e.trigger})" if e.trigger else "")
         lines.append(f"{e.date.isoformat()}  {e.commit[:12]}  {what} by {who}")
         lines.append(
-            f"  plan {(e.plan_id or '?')[:12]}, source {(e.source or '?')[:12]}: {e.subject}"
+            f"  plan {short_id(e.plan_id or '?')}, source {(e.source or '?')[:12]}: {e.subject}"
         )
         for m in e.moves:
             why = f"{m.reason}" + (f", rule {m.rule}" if m.rule else "")

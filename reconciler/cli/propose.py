@@ -29,6 +29,7 @@ from reconciler.cli.common import (
 from reconciler.core import planner
 from reconciler.engine import propose as proposing
 from reconciler.errors import ConfigError
+from reconciler.model.audit import short_id
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
 from reconciler.report import plan_markdown, plan_patch
@@ -170,9 +171,10 @@ def run(args: argparse.Namespace) -> int:
         proposing.Outcome.NOTHING: f"nothing to propose for cluster {cluster}"
         + (f"; closed{where} and deleted {result.branch}" if result.pull_request else ""),
         proposing.Outcome.CREATED: f"opened{where} from {result.branch}",
-        proposing.Outcome.UPDATED: f"updated{where} {result.branch} to plan {plan.plan_id[:12]}",
+        proposing.Outcome.UPDATED: f"updated{where} {result.branch} "
+        f"to plan {short_id(plan.plan_id)}",
         proposing.Outcome.CURRENT: f"proposal{where} on {result.branch} is current "
-        f"(plan {plan.plan_id[:12]})",
+        f"(plan {short_id(plan.plan_id)})",
         proposing.Outcome.BLOCKED: f"blocked: {result.detail}",
     }
     print(lines[result.outcome])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.engine.ports import Forge, StateRepo
-from reconciler.model.audit import PullRequest
+from reconciler.model.audit import PullRequest, short_id
 from reconciler.model.plan import Move, Plan
 
 PLAN_TRAILER = "Reconciler-Plan"
@@ -104,7 +104,7 @@ def propose(repo: StateRepo, forge: Forge | None, p: Proposal) -> ProposeResult:
         if forge is not None and pr is not None:
             forge.comment(
                 pr.number,
-                f"Closed by the reconciler: plan {p.plan_id[:12]} from {p.source[:12]} has "
+                f"Closed by the reconciler: plan {short_id(p.plan_id)} from {p.source[:12]} has "
                 "nothing to change; the cluster matches its desired state as far as the "
                 "rules allow.",
             )

@@ -77,3 +77,8 @@ class MoveHistory(Frozen):
     repository: str
     branch: str
     entries: list[AuditEntry] = Field(default_factory=list, description="Newest first.")
+
+
+def short_id(value: str) -> str:
+    """A plan id or commit for people: 12 hex digits, without the ``sha256:`` prefix."""
+    return value.removeprefix("sha256:")[:12]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from reconciler.model.audit import short_id
 from reconciler.model.placement import Placement
 from reconciler.model.plan import HostLoad, Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
@@ -98,7 +99,7 @@ def _sections(
 
 def plan_markdown(plan: Plan, current: Mapping[str, str] | None = None) -> str:
     """The plan for a pull-request comment."""
-    head = f"## Placement plan for cluster `{plan.cluster}`\n\nPlan `{plan.plan_id[:12]}`"
+    head = f"## Placement plan for cluster `{plan.cluster}`\n\nPlan `{short_id(plan.plan_id)}`"
     if plan.desired_revision:
         head += f" from `{plan.desired_revision[:12]}`"
     blocks = [head, *("\n".join(s) for s in _sections(plan, current, None))]
