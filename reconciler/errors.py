@@ -8,10 +8,13 @@
     │                               carries every finding, not only the first
     ├── TransientError              the world did not answer as expected; retrying may help
     │   ├── HostUnreachable         a hypervisor could not be connected to
-    │   └── HostTimeout             a hypervisor call did not return in time
+    │   ├── HostTimeout             a hypervisor call did not return in time
+    │   └── PushRejected            a compare-and-swap push lost: someone pushed first
     └── TerminalError               the world refused; retrying the same thing will not help
         ├── LabError                the local lab cannot start here (missing root, binary, ...)
-        └── SnapshotError           a saved snapshot file is unreadable or of another version
+        ├── SnapshotError           a saved snapshot file is unreadable or of another version
+        ├── GitError                a git command on the state repository failed
+        └── ForgeError              a forge's API refused or failed a call
 
 The CLI maps ConfigError and TerminalError to exit 1 with the message and its hint, never a
 traceback. Infeasible placement is not an error: the planner reports it as data.
@@ -80,6 +83,10 @@ class HostTimeout(TransientError):
     """A hypervisor call did not return within its timeout."""
 
 
+class PushRejected(TransientError):
+    """The remote branch moved since it was read; fetch, re-read and decide again."""
+
+
 class TerminalError(ReconcilerError):
     """The world refused; retrying the same request will not help."""
 
@@ -90,3 +97,15 @@ class LabError(TerminalError):
 
 class SnapshotError(TerminalError):
     """A saved snapshot cannot be read."""
+
+
+class GitError(TerminalError):
+    """A git command on the state repository failed; the message never holds credentials."""
+
+
+class ForgeError(TerminalError):
+    """A forge's API refused or failed a call; ``status`` is the HTTP status when known."""
+
+    def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status

@@ -16,10 +16,23 @@ import sys
 from collections.abc import Sequence
 
 from reconciler import __version__
-from reconciler.cli import apply, common, drain, lab, observe, place, plan, run, schema, validate
+from reconciler.cli import (
+    apply,
+    common,
+    drain,
+    history,
+    lab,
+    observe,
+    place,
+    plan,
+    propose,
+    run,
+    schema,
+    validate,
+)
 from reconciler.errors import ReconcilerError
 
-COMMANDS = (validate, schema, lab, observe, plan, place, apply, drain, run)
+COMMANDS = (validate, schema, lab, observe, plan, place, apply, drain, run, propose, history)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import config
@@ -36,6 +37,8 @@ EXIT_SIGTERM = 143
 LAB_DIR = Path(".lab")
 
 if TYPE_CHECKING:
+    from reconciler.adapters.git_repo import GitStateRepo
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
     Subparsers = argparse._SubParsersAction
@@ -260,7 +263,76 @@ def check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: st
         )
 
 
+DEFAULT_REPO_FOLDER = "cluster-state"
+
+
+def add_repo_arguments(p: argparse.ArgumentParser) -> None:
+    """--repo, --branch, --cache-dir: read the desired state from a git repository."""
+    p.add_argument(
+        "--repo",
+        metavar="URL",
+        help="read the desired state from this git repository (a path, file://, ssh:// or "
+        "https:// URL); PATH is then the cluster folder inside it (default: cluster-state)",
+    )
+    p.add_argument("--branch", default="main", metavar="NAME", help="branch (default: main)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the clone is kept (default: $XDG_CACHE_HOME/reconciler/<hash of URL>)",
+    )
+
+
+@dataclass(frozen=True)
+class StateCheckout:
+    """The state repository fetched and checked out at the head of ``branch``."""
+
+    repo: GitStateRepo
+    branch: str
+    commit: str
+    folder: Path
+    """The cluster folder in the clone's work tree (read it, never write it)."""
+    path: str
+    """The cluster folder relative to the repository root."""
+
+
+def checkout_state(args: argparse.Namespace) -> StateCheckout:
+    """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
+    # imported here: GitPython needs the git binary at import, commands without --repo do not
+    from reconciler.adapters.git_repo import GitStateRepo
+
+    repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
+    repo.fetch()
+    branch: str = getattr(args, "branch", "main")
+    commit = repo.head(branch)
+    if commit is None:
+        raise ConfigError(
+            f"{repo.display_url} has no branch {branch!r}",
+            hint="pass the branch that holds the cluster folders with --branch",
+        )
+    tree = repo.checkout(commit)
+    rel = PurePosixPath(str(args.path) if args.path is not None else DEFAULT_REPO_FOLDER)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ConfigError(
+            f"PATH {rel} must be a folder inside the repository",
+            hint="write it relative to the repository root, e.g. cluster-state",
+        )
+    folder = tree / rel
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{repo.display_url} has no folder {rel} at {branch} ({commit[:12]})",
+            hint="pass the cluster folder inside the repository as PATH",
+        )
+    return StateCheckout(repo, branch, commit, folder, str(rel))
+
+
 def load_desired(args: argparse.Namespace) -> DesiredState:
+    """The desired state from PATH, or from the cluster folder of --repo at --branch's head
+    (the checkout is kept on ``args.state_checkout`` for the commit it came from)."""
+    if getattr(args, "repo", None):
+        checkout = checkout_state(args)
+        args.state_checkout = checkout
+        return config.load_desired(checkout.folder)
     return config.load_desired(cluster_folder(args.path))
 
 

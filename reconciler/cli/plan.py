@@ -22,9 +22,9 @@ from reconciler.cli.common import (
     usage_errors_exit_1,
 )
 from reconciler.core import planner
-from reconciler.report import plan_json, plan_patch, plan_table
+from reconciler.report import plan_json, plan_markdown, plan_patch, plan_table
 
-PLAN_FORMATS = ("table", "json", "patch")
+PLAN_FORMATS = ("table", "json", "patch", "markdown")
 
 PLAN_EPILOG = """\
 exit codes (like terraform plan -detailed-exitcode):
@@ -64,7 +64,7 @@ def register(sub: Subparsers) -> None:
         choices=PLAN_FORMATS,
         default="table",
         help="table for people (default), json: the whole plan, patch: an RFC 6902 JSON Patch "
-        "of the Placement document",
+        "of the Placement document, markdown: for a pull-request comment",
     )
     p.add_argument(
         "--now",
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     result = planner.plan(desired, snapshot, history, now=now)
     if args.format == "json":
         print(plan_json.plan_json(result), end="")
+    elif args.format == "markdown":
+        print(plan_markdown.plan_markdown(result, desired.placement.spec.vms), end="")
     elif args.format == "patch":
         print(plan_patch.plan_patch(desired.placement, result), end="")
     else:

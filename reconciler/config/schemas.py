@@ -16,6 +16,7 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter
 
 from reconciler.config.findings import Finding
+from reconciler.model.audit import MoveHistory
 from reconciler.model.cluster import Cluster
 from reconciler.model.history import History
 from reconciler.model.placement import Placement
@@ -38,6 +39,7 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "place": PlaceResult,
     "history": History,
     "status": ReconcileStatus,
+    "movehistory": MoveHistory,
 }
 """Schema name (the file is ``<name>.json``) -> model."""
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from reconciler.model.audit import PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import ReconcilerState, Snapshot
@@ -94,4 +95,60 @@ class Lease(Protocol):
 class PlacementWriter(Protocol):
     def write_placement(self, vms: dict[str, str]) -> bool:
         """Set these VMs' desired hosts in placement.yaml (minimal edit); True if it changed."""
+        ...
+
+
+class StateRepo(Protocol):
+    """The git repository holding the desired state; fetched before every round."""
+
+    def fetch(self) -> None:
+        """Bring every remote branch up to date."""
+        ...
+
+    def head(self, branch: str) -> str | None:
+        """The last fetched commit of ``branch``, None when the branch does not exist."""
+        ...
+
+    def show(self, commit: str, path: str) -> str | None:
+        """The text of ``path`` at ``commit``, None when it is not there."""
+        ...
+
+    def commits(self, rev: str) -> list[RepoCommit]:
+        """The commits of a revision range (``base..tip``), newest first."""
+        ...
+
+    def commit_files(
+        self, *, parent: str, files: dict[str, str], message: str, trailers: dict[str, str]
+    ) -> str:
+        """A new commit on ``parent`` with ``files`` (path -> text) replaced; not pushed."""
+        ...
+
+    def push(self, branch: str, commit: str | None, *, expected: str | None) -> None:
+        """Compare-and-swap ``branch`` from ``expected`` (None: absent) to ``commit`` (None:
+        delete); raises PushRejected when the branch moved."""
+        ...
+
+
+class Forge(Protocol):
+    """The pull-request side of a forge; every method raises ForgeError on failure."""
+
+    body_limit: int
+    """The longest body the forge accepts, in characters."""
+
+    def find_open(self, head: str) -> PullRequest | None:
+        """The open pull request from branch ``head``, if any."""
+        ...
+
+    def create(self, *, head: str, base: str, title: str, body: str) -> PullRequest: ...
+
+    def update(self, number: int, *, title: str, body: str) -> None: ...
+
+    def comment(self, number: int, body: str) -> None: ...
+
+    def close(self, number: int) -> None: ...
+
+    def set_status(
+        self, commit: str, *, state: str, context: str, description: str, url: str | None = None
+    ) -> None:
+        """A commit status: state is success, failure, pending or error."""
         ...

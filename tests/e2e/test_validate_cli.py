@@ -236,6 +236,7 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "cluster.json",
         "findings.json",
         "history.json",
+        "movehistory.json",
         "place.json",
         "placement.json",
         "plan.json",

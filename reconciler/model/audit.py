@@ -1,0 +1,84 @@
+"""The audit trail: commits of the state repository and the moves they record."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from reconciler.model.base import ApiVersion, Frozen
+
+
+class RepoCommit(Frozen):
+    """One commit of the state repository, with its trailers."""
+
+    sha: str
+    author: str
+    email: str
+    date: datetime
+    subject: str
+    body: str = ""
+    trailers: dict[str, list[str]] = {}
+    """Trailer key (lower case) -> its values, in order."""
+
+    def trailer(self, key: str) -> str | None:
+        """The last value of trailer ``key`` (case-insensitive), None when absent."""
+        values = self.trailers.get(key.lower())
+        return values[-1] if values else None
+
+
+class PullRequest(Frozen):
+    """An open proposal on a forge (a GitHub/Gitea pull request, a GitLab merge request)."""
+
+    number: int
+    url: str = ""
+    title: str = ""
+    body: str = ""
+
+
+class AuditMove(Frozen):
+    """One move named in a commit message: ``- vm: source -> target (Reason, rule R): detail``."""
+
+    vm: str
+    source: str
+    target: str
+    reason: str
+    rule: str | None = None
+    detail: str = ""
+
+
+class AuditEntry(Frozen):
+    """One commit of the audit trail: who, when, why, and the moves it proposed or recorded."""
+
+    commit: str
+    author: str
+    email: str
+    date: datetime
+    subject: str
+    kind: Literal["proposed", "executed"] = Field(
+        description="proposed: a proposal's commit (merging it approved the moves); "
+        "executed: an audit commit written after the moves ran."
+    )
+    plan_id: str | None = None
+    source: str | None = Field(
+        default=None, description="Reconciler-Source: the desired-state commit planned from."
+    )
+    trigger: str | None = Field(default=None, description="merge, schedule, drift, ...")
+    actor: str | None = None
+    moves: list[AuditMove] = Field(default_factory=list)
+
+
+class MoveHistory(Frozen):
+    """``reconciler history --format json``: the audit trail read from the git log."""
+
+    api_version: ApiVersion = "placement/v1alpha1"
+    kind: Literal["MoveHistory"] = "MoveHistory"
+    repository: str
+    branch: str
+    entries: list[AuditEntry] = Field(default_factory=list, description="Newest first.")
+
+
+def short_id(value: str) -> str:
+    """A plan id or commit for people: 12 hex digits, without the ``sha256:`` prefix."""
+    return value.removeprefix("sha256:")[:12]
