@@ -163,6 +163,10 @@ class GitStateRepo:
         except GitError:
             return None
 
+    def parents(self, commit: str) -> list[str]:
+        """The parents of ``commit`` (two or more for a merge)."""
+        return self._git("rev-list", "--parents", "-n", "1", commit).split()[1:]
+
     def checkout(self, commit: str) -> Path:
         """The work tree at ``commit`` (detached, cleaned): read it, never write it."""
         self._git("checkout", "--force", "--detach", commit)

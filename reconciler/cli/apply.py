@@ -8,7 +8,9 @@ or the run was interrupted; 1 error (nothing moved); 130/143 interrupted by SIGI
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,12 +29,14 @@ from reconciler.cli.common import (
     Subparsers,
     add_observe_overrides,
     add_path_argument,
+    add_repo_arguments,
     add_state_dir_argument,
     cluster_folder,
     load_desired,
     observe_overrides,
     status_store,
 )
+from reconciler.engine.audit import TRIGGERS
 from reconciler.errors import ReconcilerError, TerminalError
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
@@ -75,6 +79,25 @@ def register(sub: Subparsers) -> None:
     )
     add_state_dir_argument(p)
     add_observe_overrides(p)
+    add_repo_arguments(p)
+    p.add_argument(
+        "--audit-branch",
+        metavar="NAME",
+        help="with --repo: record each executed batch on this branch instead of --branch "
+        "(for repositories whose main branch is protected)",
+    )
+    p.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        help="with --repo: the Reconciler-Trigger of the audit commit (default: maintenance "
+        "for drains, merge when the source commit is a merge, else manual)",
+    )
+    p.add_argument(
+        "--actor",
+        default=os.environ.get("RECONCILER_ACTOR") or f"reconciler@{socket.gethostname()}",
+        help="with --repo: the Reconciler-Actor of the audit commit "
+        "(default: $RECONCILER_ACTOR, else reconciler@<host>)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -146,19 +169,63 @@ def build_ports(args: argparse.Namespace, desired: DesiredState) -> Any:
     from reconciler.adapters.yaml_edit import PlacementFile
     from reconciler.engine.round import RoundPorts
 
-    placement = cluster_folder(args.path) / "placement.yaml"
+    writer: Any = _Collected()  # with --repo the audit commit carries them to the repository
+    if getattr(args, "state_checkout", None) is None:
+        placement = cluster_folder(args.path) / "placement.yaml"
+        writer = PlacementFile(placement) if placement.is_file() else None
     return RoundPorts(
         observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
         migrator=LibvirtMigrator(desired),
         recorder=LibvirtRecorder(desired.cluster),
         status=status_store(args, desired.cluster.metadata.name),
         clock=SystemClock(),
-        placement=PlacementFile(placement) if placement.is_file() else None,
+        placement=writer,
     )
+
+
+class _Collected:
+    """The PlacementWriter of ``apply --repo``: the clone is read-only, the audit commit writes."""
+
+    def write_placement(self, vms: dict[str, str]) -> bool:
+        return bool(vms)
 
 
 def run(args: argparse.Namespace) -> int:
     return run_once(args)[0]
+
+
+def _record(args: argparse.Namespace, report: Any) -> None:
+    """One audit commit for the executed batch on the state repository (``--repo``)."""
+    from reconciler.adapters.status_file import status_json
+    from reconciler.engine.audit import record_batch
+
+    checkout = args.state_checkout
+    plan = report.plan
+    if plan is None or not report.results:
+        return
+    trigger = args.trigger
+    if trigger is None:
+        if any(m.reason.value == "Maintenance" for m in plan.moves):
+            trigger = "maintenance"
+        elif len(checkout.repo.parents(checkout.commit)) > 1:
+            trigger = "merge"
+        else:
+            trigger = "manual"
+    branch = args.audit_branch or checkout.branch
+    commit = record_batch(
+        checkout.repo,
+        branch=branch,
+        cluster=report.status.cluster,
+        folder=checkout.path,
+        results=report.results,
+        own_moves=report.placement_written,
+        status_json=status_json(report.status),
+        plan_id=plan.plan_id,
+        source=checkout.commit,
+        trigger=trigger,
+        actor=args.actor,
+    )
+    print(f"recorded as {commit[:12]} on {branch} of {checkout.repo.display_url}")
 
 
 def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
@@ -199,6 +266,8 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
             raise
         view.close()
     view.summary(report)
+    if getattr(args, "state_checkout", None) is not None:
+        _record(args, report)
     moved = sum(r.outcome is MoveOutcome.SUCCEEDED for r in report.results)
     left = 0
     if host is not None and report.snapshot is not None:

@@ -12,6 +12,7 @@ from reconciler.cli.common import (
     Subparsers,
     add_observe_overrides,
     add_path_argument,
+    add_repo_arguments,
     load_desired,
     non_negative_float,
     observe_live,
@@ -38,6 +39,7 @@ def register(sub: Subparsers) -> None:
         metavar="SECONDS",
         help="time between the two CPU samples (override spec.observe.sampleInterval)",
     )
+    add_repo_arguments(p)
     p.set_defaults(handler=run)
 
 

@@ -13,6 +13,7 @@ from reconciler.cli.common import (
     Subparsers,
     add_observe_overrides,
     add_path_argument,
+    add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
     aware_datetime,
@@ -73,6 +74,7 @@ def register(sub: Subparsers) -> None:
         help="the time to plan at, with a time zone (default: now, UTC); decides cooldowns",
     )
     usage_errors_exit_1(p)
+    add_repo_arguments(p)
     p.set_defaults(handler=run)
 
 
