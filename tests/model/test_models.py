@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -86,3 +87,40 @@ def test_desired_state_defaults_the_optional_documents() -> None:
     assert desired.policy.spec.mode == "propose"
     assert desired.rules.spec.rules == []
     assert desired.placement.spec.vms == {}
+
+
+@pytest.mark.parametrize(
+    ("window", "problem"),
+    [
+        ({"schedule": "99 99 99 99 99", "duration": "1h"}, "the minute field '99' is out of range"),
+        ({"schedule": "0 25 * * 1-5", "duration": "1h"}, "the hour field '25' is out of range"),
+        ({"schedule": "0 0 30 2 *", "duration": "1h"}, "the day-of-month field '30'"),
+        ({"schedule": "0 22 * 13 *", "duration": "1h"}, "the month field '13'"),
+        ({"schedule": "0 22 * * fri-sun-x", "duration": "1h"}, "day-of-week"),
+        ({"schedule": "0 22 * * 1-5", "duration": "0s"}, "a window of 0s never opens"),
+        ({"schedule": "0 22 * * 1-5", "duration": 0}, "a window of 0s never opens"),
+        (
+            {"schedule": "0 22 * * 1-5", "duration": "2h", "timezone": "Europe/Berln"},
+            "unknown time zone 'Europe/Berln'; did you mean 'Europe/Berlin'?",
+        ),
+        ({"schedule": "0 22 * * 1-5", "duration": "2h", "timezone": "../etc/x"}, "unknown time"),
+    ],
+)
+def test_windows_are_checked_for_real(window: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(problem)):
+        BalancePolicy.model_validate(
+            {**HEAD, "kind": "BalancePolicy", "spec": {"windows": [window]}}
+        )
+
+
+def test_window_time_zone_defaults_to_utc_and_accepts_iana_names() -> None:
+    windows = [
+        {"schedule": "0 22 * * 1-5", "duration": "2h"},
+        {"schedule": "*/30 1-3 * jan-mar sat,sun", "duration": "30m", "timezone": "Europe/Berlin"},
+    ]
+    spec = BalancePolicy.model_validate(
+        {**HEAD, "kind": "BalancePolicy", "spec": {"windows": windows}}
+    ).spec
+    assert spec.windows is not None
+    assert [w.timezone for w in spec.windows] == ["UTC", "Europe/Berlin"]
+    assert spec.windows[1].duration == timedelta(minutes=30)
