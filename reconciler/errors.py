@@ -9,7 +9,8 @@
     ├── TransientError              the world did not answer as expected; retrying may help
     │   ├── HostUnreachable         a hypervisor could not be connected to
     │   ├── HostTimeout             a hypervisor call did not return in time
-    │   └── PushRejected            a compare-and-swap push lost: someone pushed first
+    │   ├── PushRejected            a compare-and-swap push lost: someone pushed first
+    │   └── RemoteUnreachable       the state repository's remote did not answer a fetch
     └── TerminalError               the world refused; retrying the same thing will not help
         ├── LabError                the local lab cannot start here (missing root, binary, ...)
         ├── SnapshotError           a saved snapshot file is unreadable or of another version
@@ -81,6 +82,10 @@ class HostUnreachable(TransientError):
 
 class HostTimeout(TransientError):
     """A hypervisor call did not return within its timeout."""
+
+
+class RemoteUnreachable(TransientError):
+    """The state repository's remote could not be fetched from; the next round tries again."""
 
 
 class PushRejected(TransientError):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import git
 
-from reconciler.errors import GitError, PushRejected
+from reconciler.errors import GitError, PushRejected, RemoteUnreachable
 from reconciler.model.audit import RepoCommit
 
 DEFAULT_AUTHOR = ("reconciler", "reconciler@localhost")
@@ -148,8 +148,26 @@ class GitStateRepo:
     # --- reading -----------------------------------------------------------------------
 
     def fetch(self) -> None:
-        """Bring every branch of the remote up to date (pruning deleted ones)."""
-        self._git("fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*")
+        """Bring every branch of the remote up to date (pruning deleted ones).
+
+        A remote that does not answer is transient (RemoteUnreachable): the next round retries.
+        """
+        try:
+            self._git(
+                "fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*"
+            )
+        except GitError as err:
+            raise RemoteUnreachable(err.message, hint="the next round fetches again") from None
+
+    def remote_head(self, branch: str) -> str:
+        """The commit of ``branch`` on the remote now (``git ls-remote``: cheap, for polling)."""
+        try:
+            out = self._git("ls-remote", "--heads", "origin", branch).split()
+        except GitError as err:
+            raise RemoteUnreachable(err.message, hint="polling again later") from None
+        if not out:
+            raise RemoteUnreachable(f"{self.display_url} has no branch {branch!r}")
+        return out[0]
 
     def head(self, branch: str) -> str | None:
         """The last fetched commit of ``branch`` on the remote, or None if it has none."""

@@ -15,18 +15,20 @@ from pathlib import Path
 from types import FrameType
 
 from reconciler import config
-from reconciler.adapters.git_checkout import GitCheckout
 from reconciler.adapters.http_server import HttpServer, parse_listen
 from reconciler.adapters.lease_file import FileLease, lock_path
 from reconciler.adapters.lease_git import RENEW_DEADLINE, RETRY_PERIOD, GitLease
 from reconciler.adapters.status_file import default_state_dir
 from reconciler.cli import apply
+from reconciler.cli import propose as propose_command
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
     add_observe_overrides,
     add_path_argument,
+    add_repo_arguments,
     add_state_dir_argument,
+    checkout_state,
     cluster_folder,
     positive_float,
 )
@@ -51,8 +53,17 @@ def register(sub: Subparsers) -> None:
         "One instance per cluster acts; others stand by on the lease. See docs/run.md.",
     )
     add_path_argument(p)
-    p.add_argument("--repo", metavar="URL", help="read the desired state from this repository")
-    p.add_argument("--branch", default="main", help="the repository's branch (default: main)")
+    add_repo_arguments(p)
+    p.add_argument(
+        "--forge",
+        choices=("github", "gitea", "gitlab", "none"),
+        default="none",
+        help="with --repo in mode propose: where the rolling pull request lives (default: none, "
+        "only the branch reconciler/<cluster> is pushed); the token is read from "
+        "$RECONCILER_FORGE_TOKEN",
+    )
+    p.add_argument("--forge-url", metavar="API", help="the forge's API root (see propose)")
+    p.add_argument("--forge-project", metavar="OWNER/NAME", help="the repository on the forge")
     p.add_argument(
         "--poll",
         type=positive_float,
@@ -126,13 +137,13 @@ def _round(
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format)
     state_dir: Path = args.state_dir or default_state_dir()
-    checkout: GitCheckout | None = None
     revision: list[str | None] = [None]
     if args.repo:
-        checkout = GitCheckout(args.repo, args.branch, state_dir / "checkout")
-        revision[0] = checkout.sync()
-        folder = checkout.work_tree / (args.path or Path("."))
+        checkout = checkout_state(args)  # fetched and checked out at the branch head
+        revision[0] = checkout.commit
+        folder = checkout.folder
     else:
+        checkout = None
         folder = cluster_folder(args.path)
     cluster = config.load_desired(folder).cluster.metadata.name
     metrics = Metrics(cluster)
@@ -148,8 +159,12 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def refresh() -> None:
-        if checkout is not None:
-            revision[0] = checkout.sync()
+        revision[0] = checkout_state(args).commit
+
+    def propose() -> None:
+        # the propose command's own round: plan on a fresh observation, push, open or update
+        ns = argparse.Namespace(**{**vars(args), "snapshot": None, "history": None, "now": None})
+        propose_command.run(ns)
 
     loop = Loop(
         cluster=cluster,
@@ -160,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         wakeup=wakeup,
         round_stop=stop,
         refresh=refresh if checkout is not None else None,
+        propose=propose if checkout is not None else None,
         leadership=keeper,
         release=keeper.stop,
     )
@@ -174,7 +190,9 @@ def run(args: argparse.Namespace) -> int:
             branch=args.branch if args.repo else None,
         )
     watcher = (
-        triggers.RevisionPoller(checkout.remote_head, wakeup, every=args.poll)
+        triggers.RevisionPoller(
+            lambda: checkout.repo.remote_head(args.branch), wakeup, every=args.poll
+        )
         if checkout is not None
         else triggers.FolderWatcher(folder, wakeup)
     )

@@ -205,7 +205,10 @@ def test_invalid_policy_stops_acting_keeps_reporting_and_resumes_when_fixed() ->
 
 
 def test_invalid_window_is_a_stall_naming_the_window() -> None:
-    bad = Window(schedule="0 22 * * *", duration=timedelta(hours=1), timezone="Mars/Base")
+    # validation refuses it; a daemon whose zone database lacks a zone meets it all the same
+    bad = Window.model_construct(
+        schedule="0 22 * * *", duration=timedelta(hours=1), timezone="Mars/Base"
+    )
     loop, _, rnd, _ = make(policy(Mode.APPLY, windows=[bad]))
     run_until(loop, rnd, 2)
     assert not any(c.act for c in rnd.calls)
