@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import difflib
+import zoneinfo
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
+from cronsim import CronSim, CronSimError
 from pydantic import Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
@@ -70,12 +73,55 @@ class MigrationTuning(Frozen):
     )
 
 
+_CRON_FIELDS: Final = {
+    "minute": "minutes are 0-59",
+    "hour": "hours are 0-23",
+    "day-of-month": "days of the month are 1-31, and the day must exist in the month",
+    "month": "months are 1-12 or jan-dec",
+    "day-of-week": "days of the week are 0-7 (0 and 7 are Sunday) or sun-sat",
+}
+CRON_EXAMPLE: Final = 'write minute hour day-of-month month day-of-week, e.g. "0 22 * * 1-5"'
+_ANY_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)
+"""A fixed start for parsing a schedule: only its validity is checked, never the clock."""
+
+
+def cron_problem(schedule: str) -> str | None:
+    """Why ``schedule`` is not a five-field cron expression (cronsim's reading), else None.
+
+    The model accepts any five fields (the core never opens a window it cannot read);
+    validation reports this on the schedule's line.
+    """
+    try:
+        CronSim(schedule, _ANY_TIME)
+    except CronSimError as exc:
+        text = str(exc)
+        field = text.removeprefix("Bad ").strip()
+        if field in _CRON_FIELDS:
+            value = schedule.split()[list(_CRON_FIELDS).index(field)]
+            return f"the {field} field {value!r} is out of range ({_CRON_FIELDS[field]})"
+        return text[:1].lower() + text[1:]
+    return None
+
+
+def timezone_problem(name: str) -> str | None:
+    """Why ``name`` is not an IANA time zone this system knows, else None."""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        close = difflib.get_close_matches(name, sorted(zoneinfo.available_timezones()), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "use an IANA name such as Europe/Berlin"
+        return f"unknown time zone {name!r}; {hint}"
+    return None
+
+
 class Window(Frozen):
+    """A time in which ``apply`` may migrate: opens at each ``schedule`` time for ``duration``."""
+
     schedule: str = Field(
         pattern=r"^\S+(\s+\S+){4}$",
-        description="Five-field cron expression of when a window opens.",
+        description='Five-field cron expression of when a window opens, e.g. "0 22 * * 1-5".',
     )
-    duration: Duration = Field(description="How long the window stays open.")
+    duration: Duration = Field(description="How long the window stays open; more than 0.")
     timezone: str | None = Field(
         default=None,
         description="IANA time zone of the schedule, e.g. Europe/Berlin; UTC when absent.",

@@ -227,3 +227,24 @@ def test_whole_numbers_are_accepted_where_a_fraction_may_be(tmp_path: Path) -> N
     assert (
         _policy(tmp_path, "threshold: 15", "cpuOvercommit: 2", "score: {cpu: 1, memory: 0}") == []
     )
+
+
+def test_cron_schedule_out_of_range_is_reported_on_its_line(tmp_path: Path) -> None:
+    window = '{schedule: "0 25 * * 1-5", duration: 0s}'
+    schedule, duration = col(window, '"0 25'), col(window, "0s")
+    assert _policy(tmp_path, "windows:", f"  - {window}") == [
+        f"lab/policy.yaml:6:{schedule}: error: spec.windows[0].schedule: the hour "
+        "field '25' is out of range (hours are 0-23) (write minute hour day-of-month month "
+        'day-of-week, e.g. "0 22 * * 1-5")',
+        f"lab/policy.yaml:6:{duration}: error: spec.windows[0].duration: a window of 0s "
+        "never opens (give how long it stays open, e.g. 2h)",
+    ]
+
+
+def test_unknown_time_zone_is_reported_on_its_line(tmp_path: Path) -> None:
+    window = '{schedule: "0 22 * * 1-5", duration: 2h, timezone: Europe/Berln}'
+    where = col(window, "Europe/Berln")
+    assert _policy(tmp_path, "windows:", f"  - {window}") == [
+        f"lab/policy.yaml:6:{where}: error: spec.windows[0].timezone: unknown time zone "
+        "'Europe/Berln' (did you mean 'Europe/Berlin'?)"
+    ]

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from reconciler.model.cluster import Cluster, effective_migration_limits, effective_reserve
 from reconciler.model.desired import DesiredState
-from reconciler.model.policy import BalancePolicy
+from reconciler.model.policy import BalancePolicy, cron_problem, timezone_problem
 from reconciler.model.rules import PinRule, PlacementRules
 
 HEAD = {"apiVersion": "placement/v1alpha1", "metadata": {"name": "lab"}}
@@ -86,3 +86,34 @@ def test_desired_state_defaults_the_optional_documents() -> None:
     assert desired.policy.spec.mode == "propose"
     assert desired.rules.spec.rules == []
     assert desired.placement.spec.vms == {}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "problem"),
+    [
+        ("99 99 99 99 99", "the minute field '99' is out of range (minutes are 0-59)"),
+        ("0 25 * * 1-5", "the hour field '25' is out of range (hours are 0-23)"),
+        ("0 0 30 2 *", "the day-of-month field '30' is out of range"),
+        ("0 22 * 13 *", "the month field '13' is out of range (months are 1-12 or jan-dec)"),
+        ("0 22 * * fri-sun-x", "the day-of-week field 'fri-sun-x' is out of range"),
+        ("0 22 * * 1-5", None),
+        ("*/30 1-3 * jan-mar sat,sun", None),
+    ],
+)
+def test_cron_schedules_are_read_by_cronsim(schedule: str, problem: str | None) -> None:
+    found = cron_problem(schedule)
+    assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.mark.parametrize(
+    ("zone", "problem"),
+    [
+        ("Europe/Berlin", None),
+        ("UTC", None),
+        ("Europe/Berln", "unknown time zone 'Europe/Berln'; did you mean 'Europe/Berlin'?"),
+        ("../etc/passwd", "unknown time zone '../etc/passwd'; use an IANA name"),
+    ],
+)
+def test_time_zones_are_iana_names(zone: str, problem: str | None) -> None:
+    found = timezone_problem(zone)
+    assert found == problem if problem is None else (found or "").startswith(problem)
