@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from reconciler.core.selectors import matches
+from reconciler.core.semantics import selects_name
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import Selector
@@ -36,7 +37,7 @@ def known_vm_names(desired: DesiredState) -> set[str]:
 
 def selects_vm(selector: Selector, vm: str) -> bool | None:
     """Whether ``selector`` picks the VM named ``vm``; None when it depends on VM labels."""
-    if selector.names is not None and not any(fnmatchcase(vm, g) for g in selector.names):
+    if not selects_name(selector, vm):
         return False
     return None if selector.labels is not None else True
 

@@ -21,22 +21,20 @@ from reconciler.config.selectors import (
     selects_vm,
 )
 from reconciler.config.yaml_source import Document
+from reconciler.core.semantics import is_required, topology_domain
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import (
     AffinityRule,
     AntiAffinityRule,
-    Enforcement,
     HostAffinityRule,
     HostAntiAffinityRule,
     PinRule,
-    Rule,
     Selector,
 )
 
 R = TypeVar("R")
 
-REQUIRED = Enforcement.REQUIRED
 _PREFERRED_HINT = "or make the rule enforcement: preferred"
 
 
@@ -88,8 +86,16 @@ def _indexed(desired: DesiredState, kind: type[R]) -> list[tuple[int, R]]:
     return [(i, r) for i, r in enumerate(desired.rules.spec.rules) if isinstance(r, kind)]
 
 
-def _required(rule: Rule) -> bool:
-    return getattr(rule, "enforcement", REQUIRED) is REQUIRED
+def _domain(host: Host, key: str | None) -> str:
+    """The antiAffinity domain of ``host``, as the planner counts it (never None there)."""
+    return topology_domain(host.name, host.labels, key) or host.name
+
+
+def _domain_text(domain: str, key: str | None) -> str:
+    """``kvm-03``, ``rack=r1``, or ``kvm-03 (no rack label: its own domain)``."""
+    if key is not None and domain.startswith("host="):
+        return f"{domain.removeprefix('host=')} (it has no {key} label, so it is its own domain)"
+    return domain
 
 
 # --- Cluster ---------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
                     _unknown_host_hint(name, hosts),
                 )
             )
-        leaves_none = isinstance(rule, HostAffinityRule) and _required(rule)
+        leaves_none = isinstance(rule, HostAffinityRule) and is_required(rule)
         labels = rule.hosts.labels
         if (
             labels is not None
@@ -208,7 +214,7 @@ def eligible_hosts(desired: DesiredState, vms: Selector) -> list[Host]:
     """Hosts not in maintenance that every required host rule covering ``vms`` allows."""
     hosts = [h for h in desired.cluster.spec.hosts if not h.maintenance]
     for _, rule in _host_rules(desired):
-        if isinstance(rule, PinRule) or not _required(rule) or not covers(rule.vms, vms):
+        if isinstance(rule, PinRule) or not is_required(rule) or not covers(rule.vms, vms):
             continue
         picked = {h.name for h in hosts_matching(rule.hosts, hosts)}
         keep = isinstance(rule, HostAffinityRule)
@@ -220,7 +226,7 @@ def _why_not(desired: DesiredState, host: Host, vms: Selector) -> str:
     if host.maintenance:
         return f"{host.name} is in maintenance"
     for _, rule in _host_rules(desired):
-        if isinstance(rule, PinRule) or not _required(rule) or not covers(rule.vms, vms):
+        if isinstance(rule, PinRule) or not is_required(rule) or not covers(rule.vms, vms):
             continue
         picked = bool(hosts_matching(rule.hosts, [host]))
         if isinstance(rule, HostAntiAffinityRule) and picked:
@@ -235,7 +241,7 @@ def host_affinity_findings(desired: DesiredState, src: Sources) -> list[Finding]
     hosts = desired.cluster.spec.hosts
     out = []
     for i, rule in _indexed(desired, HostAffinityRule):
-        if not _required(rule) or not _names_exist(rule.hosts, hosts):
+        if not is_required(rule) or not _names_exist(rule.hosts, hosts):
             continue
         if eligible_hosts(desired, rule.vms):
             continue
@@ -327,18 +333,18 @@ def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list
     out = []
     for i, rule in _indexed(desired, AntiAffinityRule):
         members = literal_members(rule.vms)
-        if not _required(rule) or members is None:
+        if not is_required(rule) or members is None:
             continue
         eligible = eligible_hosts(desired, rule.vms)
         key = rule.topology_key
+        room = len({_domain(h, key) for h in eligible})
         if key is None:
-            room = len(eligible)
             what = f"{len(members)} hosts"
             have = f"{room} {'is' if room == 1 else 'are'} eligible"
         else:
-            room = len({h.labels[key] for h in eligible if key in h.labels})
-            what = f"{len(members)} distinct values of host label {key}"
-            have = f"eligible hosts have {room}"
+            what = f"{len(members)} topology domains (values of host label {key}; a host "
+            what += "without it is a domain of its own)"
+            have = f"eligible hosts make {room}"
         if len(members) > room:
             out.append(
                 _finding(
@@ -358,7 +364,7 @@ def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Find
     out = []
     for ia, a in _indexed(desired, AffinityRule):
         for ib, b in _indexed(desired, AntiAffinityRule):
-            if not (_required(a) and _required(b)):
+            if not (is_required(a) and is_required(b)):
                 continue
             ma, mb = known_members(a.vms, known), known_members(b.vms, known)
             both = sorted(ma & mb) if ma is not None and mb is not None else []
@@ -388,7 +394,7 @@ def _placement_conflict(desired: DesiredState, vm: str, host: Host) -> tuple[str
     """(message, hint) when a required rule forbids ``vm`` on ``host``."""
     hosts = desired.cluster.spec.hosts
     for _, rule in _host_rules(desired):
-        if not _required(rule) or not selects_vm(rule.vms, vm):
+        if not is_required(rule) or not selects_vm(rule.vms, vm):
             continue
         picked = hosts_matching(rule.hosts, hosts)
         names = [h.name for h in picked]
@@ -450,18 +456,16 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
     placed = {vm: by_name[h] for vm, h in desired.placement.spec.vms.items() if h in by_name}
     out = []
     for _, rule in _indexed(desired, AntiAffinityRule):
-        if not _required(rule):
+        if not is_required(rule):
             continue
         key = rule.topology_key
         seen: dict[str, str] = {}
         for vm, host in placed.items():
             if not selects_vm(rule.vms, vm):
                 continue
-            domain = host.name if key is None else host.labels.get(key)
-            if domain is None:
-                continue
+            domain = _domain(host, key)
             if domain in seen:
-                where = host.name if key is None else f"{key}={domain}"
+                where = _domain_text(domain, key)
                 out.append(
                     _finding(
                         src.placement,
@@ -473,6 +477,23 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
                     )
                 )
             seen.setdefault(domain, vm)
+    for _, affinity in _indexed(desired, AffinityRule):
+        if not is_required(affinity):
+            continue
+        together = [(vm, host) for vm, host in placed.items() if selects_vm(affinity.vms, vm)]
+        first = together[0] if together else None
+        for vm, host in together[1:]:
+            if first is not None and host.name != first[1].name:
+                out.append(
+                    _finding(
+                        src.placement,
+                        ("spec", "vms", vm),
+                        Severity.ERROR,
+                        f"{vm} is placed on {host.name} and {first[0]} on {first[1].name}, but "
+                        f"affinity {affinity.name} keeps them on one host",
+                        "place them on the same host",
+                    )
+                )
     return out
 
 

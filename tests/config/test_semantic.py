@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.config.clusters import (
+    HOSTS,
     cluster_yaml,
     col,
     findings_text,
@@ -131,10 +132,23 @@ def test_anti_affinity_counts_topology_values(tmp_path: Path) -> None:
     )
     assert rule_findings(tmp_path, rule) == [
         f"lab/rules.yaml:6:{col(rule, '{names')}: error: "
-        "spec.rules[0].vms: antiAffinity db-apart needs 3 distinct "
-        "values of host label rack for its 3 VMs, eligible hosts have 2 (add hosts, end a "
-        "maintenance, take VMs out of the rule, or make the rule enforcement: preferred)"
+        "spec.rules[0].vms: antiAffinity db-apart needs 3 topology domains (values of host "
+        "label rack; a host without it is a domain of its own) for its 3 VMs, eligible hosts "
+        "make 2 (add hosts, end a maintenance, take VMs out of the rule, or make the rule "
+        "enforcement: preferred)"
     ]
+
+
+UNLABELLED = '{name: kvm-04, uri: "test:///four"}'
+"""A fourth host without the rack label: the planner counts it as a domain of its own."""
+
+
+def test_a_host_without_the_topology_label_is_a_domain_of_its_own(tmp_path: Path) -> None:
+    rule = (
+        "{name: db-apart, type: antiAffinity, vms: {names: [db-1, db-2, db-3]}, topologyKey: rack}"
+    )
+    cluster = cluster_yaml(*HOSTS, UNLABELLED)
+    assert rule_findings(tmp_path, rule, cluster=cluster) == []
 
 
 def test_anti_affinity_counts_only_hosts_its_host_rules_allow(tmp_path: Path) -> None:
@@ -290,6 +304,36 @@ def test_placement_breaking_a_required_anti_affinity(tmp_path: Path) -> None:
     ) == [
         "lab/placement.yaml:7:11: error: spec.vms.db-2: db-1 and db-2 are both placed on "
         "rack=r2, but antiAffinity apart keeps them apart (place one of them elsewhere)"
+    ]
+
+
+def test_two_members_on_one_host_without_the_topology_label_are_together(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "cluster.yaml": cluster_yaml(*HOSTS, UNLABELLED),
+        "rules.yaml": rules_yaml(
+            "{name: apart, type: antiAffinity, vms: {names: [db-*]}, topologyKey: rack}"
+        ),
+        "placement.yaml": placement_yaml("db-1: kvm-04", "db-2: kvm-04", "db-3: kvm-01"),
+    }
+    assert findings_text(tmp_path, files) == [
+        "lab/placement.yaml:7:11: error: spec.vms.db-2: db-1 and db-2 are both placed on "
+        "kvm-04 (it has no rack label, so it is its own domain), but antiAffinity apart keeps "
+        "them apart (place one of them elsewhere)"
+    ]
+
+
+def test_placement_breaking_a_required_affinity(tmp_path: Path) -> None:
+    assert _placement_findings(
+        tmp_path,
+        "app-1: kvm-01",
+        "app-2: kvm-01",
+        "app-3: kvm-02",
+        rules=("{name: together, type: affinity, vms: {names: [app-*]}}",),
+    ) == [
+        "lab/placement.yaml:8:12: error: spec.vms.app-3: app-3 is placed on kvm-02 and app-1 "
+        "on kvm-01, but affinity together keeps them on one host (place them on the same host)"
     ]
 
 
