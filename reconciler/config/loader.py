@@ -9,6 +9,7 @@ from pathlib import Path
 from reconciler.config.findings import Finding, Severity, errors_in, format_finding, path_text
 from reconciler.config.folders import cluster_folders, yaml_files
 from reconciler.config.kinds import KindModel, model_from_document
+from reconciler.config.references import reference_findings
 from reconciler.config.semantic import Sources, semantic_findings
 from reconciler.config.yaml_source import Document, read_documents
 from reconciler.errors import ConfigError, DocumentError, ValidationFailed
@@ -191,6 +192,7 @@ def validate_folder(
     if built is not None:
         desired, sources = built
         state.findings.extend(semantic_findings(desired, sources))
+        state.findings.extend(reference_findings(desired, sources))
         name = desired.cluster.metadata.name
         hosts = len(desired.cluster.spec.hosts)
         rules = len(desired.rules.spec.rules)

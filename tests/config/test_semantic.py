@@ -353,3 +353,31 @@ def test_preferred_rules_do_not_make_errors(tmp_path: Path) -> None:
         "x=y, so g selects no host (add the labels to a host in the Cluster, or fix the "
         "selector)"
     ]
+
+
+def test_vm_name_close_to_a_placed_vm_is_a_warning(tmp_path: Path) -> None:
+    rule = "{name: apart, type: antiAffinity, vms: {names: [db-01, web-1, app-1, 'db-*']}}"
+    files = {
+        "cluster.yaml": cluster_yaml(),
+        "rules.yaml": rules_yaml(rule),
+        "placement.yaml": placement_yaml("db-1: kvm-01", "web-1: kvm-02"),
+    }
+    # app-1 is like no placed VM: it may well exist unplaced, so it is not warned about.
+    assert findings_text(tmp_path, files) == [
+        f"lab/rules.yaml:6:{col(rule, 'db-01')}: warning: spec.rules[0].vms.names[0]: "
+        "antiAffinity apart names 'db-01', which matches no VM in the Placement "
+        "(did you mean 'db-1'? ignore this if db-01 is a VM the Placement does not list)"
+    ]
+
+
+def test_topology_key_no_host_has_is_a_warning(tmp_path: Path) -> None:
+    first = "{name: apart, type: antiAffinity, vms: {names: [a, b]}, topologyKey: rak}"
+    second = "{name: wide, type: spread, vms: {labels: {app: web}}, topologyKey: zone}"
+    assert rule_findings(tmp_path, first, second) == [
+        f"lab/rules.yaml:6:{col(first, 'rak}')}: warning: spec.rules[0].topologyKey: no host "
+        "has the label 'rak', so for apart every host counts as its own domain (did you mean "
+        "'rack'? host label keys: gen, gpu, rack)",
+        f"lab/rules.yaml:7:{col(second, 'zone')}: warning: spec.rules[1].topologyKey: no host "
+        "has the label 'zone', so for wide no host takes part in the spread (host label keys: "
+        "gen, gpu, rack)",
+    ]
