@@ -8,29 +8,33 @@ from typing import Final
 YAML_SUFFIXES: Final = (".yaml", ".yml")
 
 
+def is_yaml_name(name: str) -> bool:
+    """``rules.yaml``, ``Rules.YAML``, ``x.Yml``: the extension in any case."""
+    return name.lower().endswith(YAML_SUFFIXES)
+
+
 def yaml_files(folder: Path) -> list[Path]:
-    """The ``*.yaml``/``*.yml`` entries directly in ``folder``, sorted; hidden ones skipped.
+    """The ``*.yaml``/``*.yml`` entries (any case) directly in ``folder``, sorted; hidden ones
+    skipped.
 
     Symlinks are listed too: the reader decides whether they may be followed.
     """
     return sorted(
         entry
         for entry in folder.iterdir()
-        if entry.name.endswith(YAML_SUFFIXES)
+        if is_yaml_name(entry.name)
         and not entry.name.startswith(".")
         and (entry.is_symlink() or entry.is_file())
     )
 
 
 def cluster_folders(root: Path) -> list[Path]:
-    """Folders under ``root`` (itself included) that hold cluster documents.
+    """Folders under ``root`` (itself included) that hold YAML files: one cluster each.
 
-    A folder with YAML files is one cluster and is not searched further; otherwise each of its
-    subfolders is searched. Hidden and symlinked folders are skipped.
+    A cluster folder's own subfolders are searched too (a repository may keep its clusters
+    below one another). Hidden and symlinked folders are skipped.
     """
-    if yaml_files(root):
-        return [root]
-    found: list[Path] = []
+    found: list[Path] = [root] if yaml_files(root) else []
     for entry in sorted(root.iterdir()):
         if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith("."):
             found.extend(cluster_folders(entry))

@@ -30,6 +30,8 @@ class ClusterReport(Frozen):
     name: str | None = None
     hosts: int = 0
     rules: int = 0
+    files: int | None = None
+    """How many files were checked, when files were given rather than the folder."""
     findings: list[Finding]
 
     @property
@@ -37,14 +39,15 @@ class ClusterReport(Frozen):
         return not errors_in(self.findings)
 
     def summary(self) -> str:
-        """``cluster-state/: cluster lab: 3 hosts, 8 rules: valid``."""
+        """``cluster-state/: cluster lab: 3 hosts, 8 rules: valid``; for a file,
+        ``lab/rules.yaml: 1 file checked in cluster lab (3 hosts, 8 rules): valid``."""
         errors = len(errors_in(self.findings))
         warnings = len(self.findings) - errors
-        what = (
-            f"cluster {self.name}: {counted(self.hosts, 'host')}, {counted(self.rules, 'rule')}"
-            if self.name
-            else ""
-        )
+        sizes = f"{counted(self.hosts, 'host')}, {counted(self.rules, 'rule')}"
+        what = f"cluster {self.name}: {sizes}" if self.name else ""
+        if self.files is not None:
+            checked = f"{counted(self.files, 'file')} checked"
+            what = f"{checked} in cluster {self.name} ({sizes})" if self.name else checked
         verdict = counted(errors, "error") if errors else "valid"
         if warnings:
             verdict += f", {counted(warnings, 'warning')}"
@@ -230,7 +233,7 @@ def _validate_file(path: Path) -> ClusterReport:
     context = [p for p in yaml_files(folder) if p != path]
     report, _ = validate_folder(folder, [path, *context])
     own = [f for f in report.findings if f.file == str(path)]
-    return report.model_copy(update={"folder": str(path), "findings": own})
+    return report.model_copy(update={"folder": str(path), "files": 1, "findings": own})
 
 
 def load_desired(folder: Path) -> DesiredState:

@@ -63,12 +63,46 @@ def test_load_desired_of_a_missing_folder(tmp_path: Path) -> None:
         load_desired(tmp_path / "nope")
 
 
-def test_cluster_folders_skip_hidden_and_stop_at_a_cluster(tmp_path: Path) -> None:
+def test_cluster_folders_skip_hidden_and_include_clusters_below_clusters(tmp_path: Path) -> None:
     write_folder(tmp_path, {"cluster.yaml": "x"}, name="a")
     write_folder(tmp_path / "a", {"cluster.yaml": "x"}, name="nested")
     write_folder(tmp_path, {"cluster.yaml": "x"}, name=".git")
     write_folder(tmp_path, {"notes.txt": "x"}, name="docs")
-    assert cluster_folders(tmp_path) == [tmp_path / "a"]
+    assert cluster_folders(tmp_path) == [tmp_path / "a", tmp_path / "a" / "nested"]
+
+
+def test_a_cluster_folder_with_cluster_subfolders_validates_all_of_them(tmp_path: Path) -> None:
+    top = write_folder(tmp_path, {"cluster.yaml": cluster_yaml()}, name="prod")
+    bad = cluster_yaml().replace("name: lab", "name: eu").replace('"test:///two"', '"test:///one"')
+    write_folder(top, {"cluster.yaml": bad}, name="eu")
+    reports = validate_paths([top])
+    assert [(r.folder, r.name, r.valid) for r in reports] == [
+        (f"{top}/", "lab", True),
+        (f"{top}/eu/", "eu", False),
+    ]
+
+
+def test_the_yaml_extension_is_read_in_any_case(tmp_path: Path) -> None:
+    rules = (
+        "apiVersion: placement/v1alpha1\nkind: PlacementRules\nmetadata: {name: r}\n"
+        "spec: {rules: [{name: p, type: pin, vms: {names: [a]}, hosts: {names: [kvm-09]}}]}\n"
+    )
+    folder = write_folder(tmp_path, {"Cluster.YML": cluster_yaml(), "Rules.YAML": rules})
+    (report,) = validate_paths([folder])
+    assert report.rules == 1
+    assert [f.file for f in report.findings] == [str(folder / "Rules.YAML")]
+    assert "host 'kvm-09' does not exist" in report.findings[0].message
+
+
+def test_one_file_says_it_checked_one_file(tmp_path: Path) -> None:
+    folder = write_folder(
+        tmp_path, {"cluster.yaml": cluster_yaml(), "policy.yaml": policy_yaml("batch: 2")}
+    )
+    (report,) = validate_paths([folder / "policy.yaml"])
+    assert (
+        report.summary()
+        == f"{folder}/policy.yaml: 1 file checked in cluster lab (3 hosts, 0 rules): valid"
+    )
 
 
 def test_only_yaml_files_are_read(tmp_path: Path) -> None:

@@ -127,7 +127,9 @@ def test_a_single_file_is_checked_in_its_folder(
     write_folder(tmp_path, {"cluster.yaml": cluster_yaml(), "rules.yaml": rules})
     code, out, _ = _run(capsys, "validate", "lab/rules.yaml")
     assert code == 1
-    assert out.splitlines()[-1] == "lab/rules.yaml: cluster lab: 3 hosts, 1 rule: 1 error"
+    assert out.splitlines()[-1] == (
+        "lab/rules.yaml: 1 file checked in cluster lab (3 hosts, 1 rule): 1 error"
+    )
     assert "host 'kvm-09' does not exist" in out
 
 
