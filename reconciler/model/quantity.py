@@ -13,7 +13,6 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 _SIZE_UNITS = {
-    "": 1,
     "B": 1,
     "KiB": 1024,
     "MiB": 1024**2,
@@ -29,7 +28,8 @@ _SIZE_UNITS = {
     "TB": 1000**4,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
-SIZE_PATTERN = r"^[0-9]+(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|K|KB|M|MB|G|GB|T|TB)?$"
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|K|KB|M|MB|G|GB|T|TB)\s*$"
+_UNITS_TEXT = "B, KiB, MiB, GiB or TiB"
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -37,7 +37,11 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d|w))+$"
 
 
 def parse_size(value: object) -> int:
-    """Bytes from ``512MiB``, ``4GiB``, ``1.5TiB`` or a plain integer of bytes."""
+    """Bytes from ``512MiB``, ``4GiB``, ``1.5TiB`` or a plain integer of bytes.
+
+    Text needs a unit: ``"4096"`` is refused, since a user who types it (``place --memory
+    4096``) rarely means 4 KiB. Only an integer (a YAML number) is a count of bytes.
+    """
     if isinstance(value, bool):
         raise ValueError("a size must be a number of bytes or a string such as 4GiB")
     if isinstance(value, int):
@@ -47,10 +51,13 @@ def parse_size(value: object) -> int:
     if not isinstance(value, str):
         raise ValueError("a size must be a string such as 512MiB or 4GiB")
     match = _SIZE_RE.match(value)
-    if not match or match.group(2) not in _SIZE_UNITS:
+    if match and not match.group(2):
         raise ValueError(
-            f"{value!r} is not a size; write a number and a unit: B, KiB, MiB, GiB or TiB"
+            f"{value!r} has no unit; write a number and a unit: {_UNITS_TEXT}, e.g. "
+            f"{match.group(1)}MiB"
         )
+    if not match or match.group(2) not in _SIZE_UNITS:
+        raise ValueError(f"{value!r} is not a size; write a number and a unit: {_UNITS_TEXT}")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 

@@ -16,7 +16,7 @@ from reconciler.model.quantity import format_duration, format_size, parse_durati
         ("4GiB", 4 * 1024**3),
         ("1.5TiB", int(1.5 * 1024**4)),
         ("2G", 2 * 1000**3),
-        ("100", 100),
+        ("100B", 100),
         (2048, 2048),
         (" 8 KiB ", 8 * 1024),
     ],
@@ -29,6 +29,12 @@ def test_sizes_parse_to_bytes(text: str | int, expected: int) -> None:
 def test_bad_sizes_are_refused_with_the_units(bad: object) -> None:
     with pytest.raises(ValueError, match=r"size"):
         parse_size(bad)
+
+
+@pytest.mark.parametrize("text", ["4096", "1.5", " 8 "])
+def test_a_size_written_as_text_needs_a_unit(text: str) -> None:
+    with pytest.raises(ValueError, match=r"has no unit; write a number and a unit: B, KiB, MiB"):
+        parse_size(text)
 
 
 @pytest.mark.parametrize(
