@@ -6,6 +6,7 @@ import difflib
 import json
 import types
 import typing
+from datetime import timedelta
 from typing import Any, Final, Union
 
 from pydantic import BaseModel, ValidationError
@@ -16,7 +17,7 @@ from reconciler.config.yaml_source import Document
 from reconciler.model.base import API_VERSION, LABEL_KEY_PATTERN, NAME_PATTERN
 from reconciler.model.cluster import Cluster
 from reconciler.model.placement import Placement
-from reconciler.model.policy import BalancePolicy
+from reconciler.model.policy import CRON_EXAMPLE, BalancePolicy, cron_problem, timezone_problem
 from reconciler.model.rules import PlacementRules
 
 KindModel = Cluster | BalancePolicy | PlacementRules | Placement
@@ -316,7 +317,35 @@ def model_from_document(doc: Document) -> tuple[KindModel | None, list[Finding]]
             if error["loc"] not in (("apiVersion",), ("kind",))
         ]
         return None, findings
+    if isinstance(value, BalancePolicy):
+        findings += window_findings(doc, value)
     return (None, findings) if findings else (value, findings)
+
+
+def window_findings(doc: Document, policy: BalancePolicy) -> list[Finding]:
+    """Windows the core could never open: a cron field out of range (read by cronsim, as the
+    core reads it), a duration of 0, an unknown time zone. The model accepts them so that the
+    core, not a constructor, decides what an unreadable window means (it stays closed)."""
+    out = []
+    for i, window in enumerate(policy.spec.windows or ()):
+        where: DocPath = ("spec", "windows", i)
+        problem = cron_problem(window.schedule)
+        if problem is not None:
+            out.append(_at(doc, (*where, "schedule"), problem, CRON_EXAMPLE))
+        if window.duration <= timedelta(0):
+            out.append(
+                _at(
+                    doc,
+                    (*where, "duration"),
+                    "a window of 0s never opens",
+                    "give how long it stays open, e.g. 2h",
+                )
+            )
+        zone = window.timezone
+        problem = None if zone is None else timezone_problem(zone)
+        if problem is not None:
+            out.append(_at(doc, (*where, "timezone"), *_split_hint(problem)))
+    return out
 
 
 __all__ = ["KINDS", "KindModel", "model_from_document"]

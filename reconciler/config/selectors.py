@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from reconciler.core.selectors import matches
+from reconciler.core.selectors import Index, matches
 from reconciler.core.semantics import selects_name
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
@@ -42,11 +42,27 @@ def selects_vm(selector: Selector, vm: str) -> bool | None:
     return None if selector.labels is not None else True
 
 
-def known_members(selector: Selector, known: Iterable[str]) -> set[str] | None:
+class KnownVms:
+    """The VMs a folder names literally, indexed so that each selector is resolved without
+    scanning every VM (a large Placement lists tens of thousands)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(names)
+        self._index = Index([(i, n, {}) for i, n in enumerate(self.names)])
+
+    def surely_selected(self, selector: Selector) -> list[str]:
+        """The known VMs ``selector`` surely picks, in the order given; none when it depends
+        on VM labels (see :func:`selects_vm`)."""
+        if selector.labels is not None:
+            return []
+        return [self.names[i] for i in sorted(self._index.select(selector))]
+
+
+def known_members(selector: Selector, known: KnownVms) -> set[str] | None:
     """The known VMs ``selector`` picks; None when that depends on VM labels."""
     if selector.labels is not None:
         return None
-    return {vm for vm in known if selects_vm(selector, vm)}
+    return set(known.surely_selected(selector))
 
 
 def literal_members(selector: Selector) -> set[str] | None:

@@ -12,13 +12,13 @@ from typing import TypeVar
 
 from reconciler.config.findings import DocPath, Finding, Severity, path_text
 from reconciler.config.selectors import (
+    KnownVms,
     covers,
     hosts_matching,
     is_glob,
     known_members,
     known_vm_names,
     literal_members,
-    selects_vm,
 )
 from reconciler.config.yaml_source import Document
 from reconciler.core.semantics import is_required, topology_domain
@@ -269,7 +269,7 @@ def _pin_target(rule: PinRule, hosts: list[Host]) -> Host | None:
 def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Pins to several hosts, to a host in maintenance, against host rules, or in pairs."""
     hosts = desired.cluster.spec.hosts
-    known = known_vm_names(desired)
+    known = KnownVms(known_vm_names(desired))
     out = []
     pinned: dict[str, tuple[str, str]] = {}
     for i, rule in _indexed(desired, PinRule):
@@ -360,7 +360,7 @@ def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list
 
 def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Two VMs that a required affinity keeps together and a required antiAffinity apart."""
-    known = known_vm_names(desired)
+    known = KnownVms(known_vm_names(desired))
     out = []
     for ia, a in _indexed(desired, AffinityRule):
         for ib, b in _indexed(desired, AntiAffinityRule):
@@ -390,15 +390,30 @@ def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Find
 # --- Placement -------------------------------------------------------------------------------
 
 
-def _placement_conflict(desired: DesiredState, vm: str, host: Host) -> tuple[str, str] | None:
-    """(message, hint) when a required rule forbids ``vm`` on ``host``."""
+HostRuleOfVm = tuple[HostAffinityRule | HostAntiAffinityRule | PinRule, list[str]]
+
+
+def _required_host_rules_of(desired: DesiredState) -> dict[str, list[HostRuleOfVm]]:
+    """Placed VM -> the required host rules that surely select it, in rule order, each with
+    the names of the hosts it selects."""
+    placed = KnownVms(desired.placement.spec.vms)
     hosts = desired.cluster.spec.hosts
+    out: dict[str, list[HostRuleOfVm]] = {}
     for _, rule in _host_rules(desired):
-        if not is_required(rule) or not selects_vm(rule.vms, vm):
+        if not is_required(rule):
             continue
-        picked = hosts_matching(rule.hosts, hosts)
-        names = [h.name for h in picked]
-        if isinstance(rule, PinRule) and len(picked) == 1 and names[0] != host.name:
+        vms = placed.surely_selected(rule.vms)
+        if vms:
+            names = [h.name for h in hosts_matching(rule.hosts, hosts)]
+            for vm in vms:
+                out.setdefault(vm, []).append((rule, names))
+    return out
+
+
+def _placement_conflict(vm: str, host: Host, rules: list[HostRuleOfVm]) -> tuple[str, str] | None:
+    """(message, hint) when one of the required host ``rules`` of ``vm`` forbids ``host``."""
+    for rule, names in rules:
+        if isinstance(rule, PinRule) and len(names) == 1 and names[0] != host.name:
             return (
                 f"{vm} is placed on {host.name} but pin {rule.name} pins it to {names[0]}",
                 f"write {vm}: {names[0]}, or change the pin",
@@ -419,6 +434,7 @@ def _placement_conflict(desired: DesiredState, vm: str, host: Host) -> tuple[str
 def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Placement to hosts that do not exist, are in maintenance, or that a rule forbids."""
     by_name = {h.name: h for h in desired.cluster.spec.hosts}
+    rules_of = _required_host_rules_of(desired)
     out = []
     for vm, host_name in desired.placement.spec.vms.items():
         path: DocPath = ("spec", "vms", vm)
@@ -434,7 +450,7 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
                 )
             )
             continue
-        conflict = _placement_conflict(desired, vm, host)
+        conflict = _placement_conflict(vm, host, rules_of.get(vm, []))
         if conflict is not None:
             out.append(_finding(src.placement, path, Severity.ERROR, *conflict))
         elif host.maintenance:
@@ -454,15 +470,15 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
 def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     by_name = {h.name: h for h in desired.cluster.spec.hosts}
     placed = {vm: by_name[h] for vm, h in desired.placement.spec.vms.items() if h in by_name}
+    known = KnownVms(placed)
     out = []
     for _, rule in _indexed(desired, AntiAffinityRule):
         if not is_required(rule):
             continue
         key = rule.topology_key
         seen: dict[str, str] = {}
-        for vm, host in placed.items():
-            if not selects_vm(rule.vms, vm):
-                continue
+        for vm in known.surely_selected(rule.vms):
+            host = placed[vm]
             domain = _domain(host, key)
             if domain in seen:
                 where = _domain_text(domain, key)
@@ -480,7 +496,7 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
     for _, affinity in _indexed(desired, AffinityRule):
         if not is_required(affinity):
             continue
-        together = [(vm, host) for vm, host in placed.items() if selects_vm(affinity.vms, vm)]
+        together = [(vm, placed[vm]) for vm in known.surely_selected(affinity.vms)]
         first = together[0] if together else None
         for vm, host in together[1:]:
             if first is not None and host.name != first[1].name:

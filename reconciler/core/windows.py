@@ -18,6 +18,8 @@ from reconciler.model.policy import BalancePolicy, BalancePolicySpec, Mode, Wind
 
 
 def _zone(window: Window) -> tzinfo | None:
+    if window.timezone is None:
+        return UTC
     try:
         return ZoneInfo(window.timezone)
     except (ZoneInfoNotFoundError, ValueError):

@@ -239,3 +239,12 @@ def test_cron_schedule_out_of_range_is_reported_on_its_line(tmp_path: Path) -> N
         f"lab/policy.yaml:6:{duration}: error: spec.windows[0].duration: a window of 0s "
         "never opens (give how long it stays open, e.g. 2h)",
     ]
+
+
+def test_unknown_time_zone_is_reported_on_its_line(tmp_path: Path) -> None:
+    window = '{schedule: "0 22 * * 1-5", duration: 2h, timezone: Europe/Berln}'
+    where = col(window, "Europe/Berln")
+    assert _policy(tmp_path, "windows:", f"  - {window}") == [
+        f"lab/policy.yaml:6:{where}: error: spec.windows[0].timezone: unknown time zone "
+        "'Europe/Berln' (did you mean 'Europe/Berlin'?)"
+    ]
