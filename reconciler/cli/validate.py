@@ -8,7 +8,18 @@ import sys
 from pathlib import Path
 
 from reconciler import config
-from reconciler.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Subparsers
+from reconciler.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    Subparsers,
+    add_repo_arguments,
+    checkout_state,
+)
+from reconciler.errors import ConfigError
+
+TOKEN_ENV = "RECONCILER_FORGE_TOKEN"
+STATUS_CONTEXT = "reconciler/validate"
 
 
 def register(sub: Subparsers) -> None:
@@ -32,11 +43,59 @@ def register(sub: Subparsers) -> None:
         default="text",
         help="text: one line per finding and a summary per cluster; json: an array of findings",
     )
+    add_repo_arguments(p)
+    status = p.add_argument_group(
+        "commit status", "post the result on a commit of a forge (token in $RECONCILER_FORGE_TOKEN)"
+    )
+    status.add_argument("--post-status", metavar="SHA", help="the commit to post the result on")
+    status.add_argument("--forge", choices=("github", "gitea", "gitlab"), default="github")
+    status.add_argument("--forge-url", metavar="API", help="the forge's API root")
+    status.add_argument("--forge-project", metavar="OWNER/NAME", help="the repository")
+    status.add_argument("--status-url", metavar="URL", help="where the status links to")
     p.set_defaults(handler=_run_validate)
 
 
-def _run_validate(args: argparse.Namespace) -> int:
+def _paths(args: argparse.Namespace) -> list[Path]:
+    """The paths given; with --repo, inside the repository's work tree at the branch head."""
     paths: list[Path] = args.paths
+    if not args.repo:
+        return paths
+    given = [str(p) for p in paths] if paths != [Path("cluster-state/")] else ["cluster-state"]
+    out = []
+    for rel in given:
+        checkout = checkout_state(argparse.Namespace(**{**vars(args), "path": Path(rel)}))
+        out.append(checkout.folder)
+    return out
+
+
+def _post_status(args: argparse.Namespace, valid: bool, errors: int, warnings: int) -> None:
+    """The result as a commit status, e.g. on the pull request's head commit."""
+    import os
+
+    from reconciler.adapters.forges import open_forge
+
+    token = os.environ.get(TOKEN_ENV)
+    if not token or not args.forge_project:
+        raise ConfigError(
+            "--post-status needs --forge-project and a token in $" + TOKEN_ENV,
+            hint="in GitHub Actions: RECONCILER_FORGE_TOKEN: ${{ github.token }} with "
+            "permissions: statuses: write",
+        )
+    forge = open_forge(args.forge, project=args.forge_project, token=token, api_url=args.forge_url)
+    try:
+        forge.set_status(
+            args.post_status,
+            state="success" if valid else "failure",
+            context=STATUS_CONTEXT,
+            description=f"{errors} error(s), {warnings} warning(s)",
+            url=args.status_url,
+        )
+    finally:
+        forge.disconnect()
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    paths = _paths(args)
     missing = [p for p in paths if not p.exists()]
     if missing:
         for path in missing:
@@ -51,4 +110,8 @@ def _run_validate(args: argparse.Namespace) -> int:
             print(config.format_finding(finding))
         for report in reports:
             print(report.summary())
-    return EXIT_OK if all(report.valid for report in reports) else EXIT_ERROR
+    valid = all(report.valid for report in reports)
+    if args.post_status:
+        errors = sum(f.severity.value == "error" for f in findings)
+        _post_status(args, valid, errors, len(findings) - errors)
+    return EXIT_OK if valid else EXIT_ERROR
