@@ -14,7 +14,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from reconciler.model.policy import BalancePolicy, BalancePolicySpec, Mode, Window
+from reconciler.model.policy import (
+    CRON_EXAMPLE,
+    BalancePolicy,
+    BalancePolicySpec,
+    Mode,
+    Window,
+    cron_problem,
+    timezone_problem,
+)
 
 
 def _zone(window: Window) -> tzinfo | None:
@@ -31,18 +39,12 @@ def window_problems(windows: list[Window] | None) -> list[str]:
     problems: list[str] = []
     for i, window in enumerate(windows or []):
         where = f"spec.windows[{i}]"
-        if _zone(window) is None:
-            problems.append(
-                f"{where}.timezone {window.timezone!r} is not a known time zone; "
-                "use an IANA name such as Europe/Berlin, or remove it for UTC"
-            )
-        try:
-            CronSim(window.schedule, datetime(2000, 1, 1, tzinfo=UTC))
-        except CronSimError as err:
-            problems.append(
-                f"{where}.schedule {window.schedule!r} is not a cron expression ({err}); "
-                'write five fields: minute hour day month weekday, e.g. "0 22 * * 1-5"'
-            )
+        zone = timezone_problem(window.timezone) if window.timezone is not None else None
+        if zone is not None:
+            problems.append(f"{where}.timezone: {zone}, or remove it for UTC")
+        cron = cron_problem(window.schedule)
+        if cron is not None:
+            problems.append(f"{where}.schedule {window.schedule!r}: {cron}; {CRON_EXAMPLE}")
         if window.duration <= timedelta(0):
             problems.append(f"{where}.duration must be longer than 0")
     return problems

@@ -89,6 +89,6 @@ def test_unreadable_windows_never_open_and_are_named() -> None:
     assert mode_now(_spec(Mode.APPLY, [bad_zone, bad_cron]), now) is Mode.PROPOSE
     problems = window_problems([bad_zone, bad_cron])
     assert len(problems) == 2
-    assert "spec.windows[0].timezone 'Mars/Base'" in problems[0]
+    assert "spec.windows[0].timezone: unknown time zone 'Mars/Base'" in problems[0]
     assert "spec.windows[1].schedule '61 * * * *'" in problems[1]
     assert window_problems([Window(schedule="0 2 * * *", duration=timedelta(hours=1))]) == []
