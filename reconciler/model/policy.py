@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Final, Literal
 
 from cronsim import CronSim, CronSimError
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
 from reconciler.model.quantity import Duration, Percent
@@ -169,6 +169,16 @@ class BalancePolicySpec(Frozen):
     windows: list[Window] | None = Field(
         default=None, description="apply acts only inside these; None = always."
     )
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(
+                "interval 0s would reconcile without pause; give how often to reconcile, "
+                "e.g. 15m"
+            )
+        return value
 
 
 class BalancePolicy(Frozen):

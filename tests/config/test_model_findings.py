@@ -248,3 +248,22 @@ def test_unknown_time_zone_is_reported_on_its_line(tmp_path: Path) -> None:
         f"lab/policy.yaml:6:{where}: error: spec.windows[0].timezone: unknown time zone "
         "'Europe/Berln' (did you mean 'Europe/Berlin'?)"
     ]
+
+
+def test_an_interval_of_0s_is_an_error_on_its_line(tmp_path: Path) -> None:
+    from reconciler.config import validate_paths
+
+    root = Path(__file__).resolve().parents[2] / "cluster-state"
+    for f in root.glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    policy = tmp_path / "policy.yaml"
+    text = policy.read_text()
+    assert "  interval: 15m" in text
+    policy.write_text(text.replace("  interval: 15m", "  interval: 0s"))
+    (report,) = validate_paths([tmp_path])
+    (finding,) = report.findings
+    assert finding.path == "spec.interval"
+    assert finding.line == next(
+        i for i, line in enumerate(policy.read_text().splitlines(), 1) if "interval:" in line
+    )
+    assert "without pause" in finding.message
