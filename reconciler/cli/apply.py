@@ -36,11 +36,10 @@ from reconciler.cli.common import (
     observe_overrides,
     status_store,
 )
-from reconciler.engine.audit import TRIGGERS
 from reconciler.errors import ReconcilerError, TerminalError
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
-from reconciler.model.status import MoveOutcome
+from reconciler.model.status import TRIGGERS, MoveOutcome
 
 APPLY_EPILOG = """\
 exit codes:

@@ -8,7 +8,6 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.adapters import yaml_edit
 from reconciler.cli.common import (
     EXIT_CHANGES,
     EXIT_OK,
@@ -104,6 +103,8 @@ def placement_file(folder: Path) -> Path:
 
 def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | None:
     """The placement file after the plan, minimally edited; None when nothing changes."""
+    from reconciler.adapters import yaml_edit  # ruamel.yaml: only when a proposal is written
+
     if not plan_patch.plan_patch_ops(desired.placement, plan):
         return None
     current = desired.placement.spec.vms

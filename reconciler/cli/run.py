@@ -13,14 +13,9 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from reconciler import config
-from reconciler.adapters.http_server import HttpServer, parse_listen
-from reconciler.adapters.lease_file import FileLease, lock_path
-from reconciler.adapters.lease_git import RENEW_DEADLINE, RETRY_PERIOD, GitLease
-from reconciler.adapters.status_file import default_state_dir
-from reconciler.cli import apply
-from reconciler.cli import propose as propose_command
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -32,12 +27,12 @@ from reconciler.cli.common import (
     cluster_folder,
     positive_float,
 )
-from reconciler.engine import logs, triggers
-from reconciler.engine.leadership import CheckedLease, LeaseKeeper
-from reconciler.engine.loop import Loop, RunRound
-from reconciler.engine.metrics import Metrics
-from reconciler.engine.round import run_round
-from reconciler.model.status import ReconcileStatus
+
+if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
+    from reconciler.engine.leadership import CheckedLease, LeaseKeeper
+    from reconciler.engine.loop import Loop, RunRound
+    from reconciler.engine.metrics import Metrics
+    from reconciler.model.status import ReconcileStatus
 
 DEFAULT_LISTEN = "127.0.0.1:9187"
 SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
@@ -99,6 +94,9 @@ class _Signals:
 
 
 def _lease(args: argparse.Namespace, cluster: str, state_dir: Path) -> CheckedLease:
+    from reconciler.adapters.lease_file import FileLease, lock_path
+    from reconciler.adapters.lease_git import GitLease
+
     if args.repo:
         return GitLease(
             args.repo, cluster, state_dir / cluster / "lease.git", identity=args.identity
@@ -115,6 +113,9 @@ def _round(
     abort: threading.Event,
     revision: list[str | None],
 ) -> RunRound:
+    from reconciler.cli import apply
+    from reconciler.engine.round import run_round
+
     def run_one(trigger: str, act: bool) -> ReconcileStatus:
         desired = config.load_desired(folder)
         ports = apply.build_ports(argparse.Namespace(**{**vars(args), "path": folder}), desired)
@@ -135,6 +136,16 @@ def _round(
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.adapters.http_server import HttpServer, parse_listen
+    from reconciler.adapters.lease_git import RENEW_DEADLINE, RETRY_PERIOD
+    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.cli import apply
+    from reconciler.cli import propose as propose_command
+    from reconciler.engine import logs, triggers
+    from reconciler.engine.leadership import LeaseKeeper
+    from reconciler.engine.loop import Loop
+    from reconciler.engine.metrics import Metrics
+
     logs.configure(args.log_format)
     state_dir: Path = args.state_dir or default_state_dir()
     revision: list[str | None] = [None]

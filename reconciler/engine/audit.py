@@ -18,11 +18,10 @@ from reconciler.adapters import yaml_edit
 from reconciler.engine.ports import StateRepo
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
 from reconciler.errors import GitError, PushRejected
-from reconciler.model.status import MoveOutcome, MoveResult
+from reconciler.model.status import TRIGGERS, MoveOutcome, MoveResult
 
 TRIGGER_TRAILER = "Reconciler-Trigger"
 ACTOR_TRAILER = "Reconciler-Actor"
-TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual")
 STATUS_FILE = "reconciler-status.json"
 """In the cluster folder; not YAML, so the loader does not read it as a document."""
 

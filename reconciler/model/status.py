@@ -17,6 +17,9 @@ from pydantic import AwareDatetime, Field
 from reconciler.model.base import ApiVersion, Frozen
 from reconciler.model.history import History
 
+TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual")
+"""What started a round that acted, as recorded in the Reconciler-Trigger trailer."""
+
 
 class ConditionType(StrEnum):
     READY = "Ready"
