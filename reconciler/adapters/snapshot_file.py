@@ -46,6 +46,11 @@ def load_snapshot(path: Path) -> Snapshot:
         ) from err
     except UnicodeDecodeError as err:
         raise SnapshotError(f"{path} is not UTF-8 text: {err}", hint=hint) from err
+    try:  # one pass in the common case: pydantic parses and validates the JSON text at once
+        return Snapshot.model_validate_json(text)
+    except ValidationError as err:
+        first_error = err
+    # Not a valid snapshot: read it as plain JSON to say precisely why.
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -67,13 +72,10 @@ def load_snapshot(path: Path) -> Snapshot:
             f"found apiVersion {data.get('apiVersion')!r} and kind {data.get('kind')!r}",
             hint=hint,
         )
-    try:
-        return Snapshot.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SnapshotError(
-            f"{path} is not a valid snapshot: {where}: {first['msg']} "
-            f"({err.error_count()} problem(s))",
-            hint=hint,
-        ) from err
+    first = first_error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    raise SnapshotError(
+        f"{path} is not a valid snapshot: {where}: {first['msg']} "
+        f"({first_error.error_count()} problem(s))",
+        hint=hint,
+    ) from first_error
