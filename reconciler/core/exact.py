@@ -64,7 +64,9 @@ def applicable(state: State, arch: str, hosts: Sequence[int]) -> bool:
             g = model.rules.groups[gi]
             if g.kind != "antiAffinity" or not g.required:
                 return False
-            if any(m not in inside for m in g.members):
+            # Per-host domains of other architectures never meet this one's; shared topology
+            # values would couple the two plans.
+            if g.topology_key is not None and any(m not in inside for m in g.members):
                 return False
     return True
 
