@@ -18,6 +18,7 @@ from datetime import datetime
 
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
 from reconciler.core.identity import plan_id
+from reconciler.core.joint import ArchGoal, improve
 from reconciler.core.mandatory import fixed_reason, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
@@ -26,6 +27,7 @@ from reconciler.core.waves import assign_waves
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import ArchSpread, HostLoad, Move, Plan, Unsatisfiable
+from reconciler.model.policy import Drift
 from reconciler.model.snapshot import Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
@@ -45,32 +47,40 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     steps: list[Step] = list(mandatory.steps)
 
     movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
-    spreads: list[ArchSpread] = []
     rounds: dict[str, int] = {}
+    goals: list[ArchGoal] = []
     max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
     for arch, hosts in model.arches.items():
-        spread_before = spread_of(before, hosts)
         # Over when observed so, or when this plan's mandatory moves would make it so: the
         # next round would otherwise balance what this one could have.
-        over = max(spread_before, spread_of(state, hosts)) > spec.threshold
+        over = max(spread_of(before, hosts), spread_of(state, hosts)) > spec.threshold
         rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
         balancing = over and rounds[arch] >= spec.hold_rounds
+        goals.append(ArchGoal(arch, hosts, balancing, float(spec.threshold)))
         if balancing:
             settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
             found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
             max_balance -= len(found)
             steps.extend(found)
-        spreads.append(
-            ArchSpread(
-                arch=arch,
-                before=round(spread_before, 3),
-                after=round(spread_of(state, hosts), 3),
-                threshold=spec.threshold,
-                rounds_over=rounds[arch],
-                hold_rounds=spec.hold_rounds,
-                balancing=balancing,
-            )
+    optimal: bool | None = None
+    if not mandatory.problems and max_unit >= 1:
+        drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
+        steps, optimal = improve(before, state, steps, goals, movable.__getitem__, drift)
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
+    spreads = [
+        ArchSpread(
+            arch=g.arch,
+            before=round(spread_of(before, g.hosts), 3),
+            after=round(spread_of(state, g.hosts), 3),
+            threshold=spec.threshold,
+            rounds_over=rounds[g.arch],
+            hold_rounds=spec.hold_rounds,
+            balancing=g.balancing,
         )
+        for g in goals
+    ]
 
     waves = assign_waves(steps, model, spec.parallel.cluster)
     moves = [_move(model, step, wave) for step, wave in zip(steps, waves, strict=True)]
@@ -94,7 +104,18 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         spreads=spreads,
         imbalance_rounds=rounds,
         placement=proposed,
+        optimal=optimal,
     )
+
+
+def _drift_targets(model: Model, state: State, desired: DesiredState) -> dict[int, int]:
+    """VM index -> placement host, for the VMs placed elsewhere that may be reverted."""
+    out: dict[int, int] = {}
+    for vm_name, host_name in desired.placement.spec.vms.items():
+        v, t = model.vm_index.get(vm_name), model.host_index.get(host_name)
+        if v is not None and t is not None and state.host_of[v] != t:
+            out[v] = t
+    return out
 
 
 def _batch_cut(steps: list[Step], batch: int) -> int:

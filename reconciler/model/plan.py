@@ -115,6 +115,11 @@ class Plan(Frozen):
         default_factory=dict,
         description="The proposed Placement.spec.vms after every move (moves and deferred).",
     )
+    optimal: bool | None = Field(
+        default=None,
+        alias="optimal",
+        description="true: proven to need the fewest moves; false: not proven; null: not tried.",
+    )
 
     @property
     def has_changes(self) -> bool:
