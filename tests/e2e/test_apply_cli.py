@@ -49,9 +49,11 @@ def domains(lab: Lab) -> dict[str, list[tuple[str, bool, int]]]:
         conn = libvirt.open(host.uri)
         try:
             for dom in conn.listAllDomains():
-                out.setdefault(dom.name(), []).append(
-                    (host.name, bool(dom.isPersistent()), dom.state()[0])
-                )
+                try:
+                    seen = (host.name, bool(dom.isPersistent()), dom.state()[0])
+                except libvirt.libvirtError:  # it left while we looked (a migration ending)
+                    continue
+                out.setdefault(dom.name(), []).append(seen)
         finally:
             conn.close()
     return out
