@@ -26,6 +26,7 @@ from pathlib import Path
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator
 from reconciler.config import load_desired
+from reconciler.model.base import HostName, VmName
 from reconciler.model.migration import MigrationProgress
 from reconciler.model.plan import Move, Reason
 
@@ -76,9 +77,9 @@ def run(vms: int, rounds: int, parallel: list[int]) -> int:
                 source = where[vm]
                 target = names[1] if source == names[0] else names[0]
                 move = Move(
-                    vm=vm,
-                    source=source,
-                    target=target,
+                    vm=VmName(vm),
+                    source=HostName(source),
+                    target=HostName(target),
                     memory=memory[vm],
                     vcpus=1,
                     reason=Reason.BALANCE,

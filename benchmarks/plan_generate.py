@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from reconciler.model.base import API_VERSION, Metadata
+from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
 from reconciler.model.cluster import Cluster, ClusterSpec, Defaults, Host, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -385,7 +385,7 @@ def generate(p: GenParams) -> Case:
         taken_at=NOW,
         hosts=[
             HostState(
-                name=h.name,
+                name=HostName(h.name),
                 uri=f"qemu+ssh://root@{h.name}.example/system",
                 reachable=True,
                 uuid=f"00000000-0000-4000-8000-{i + 1:012d}",
@@ -402,9 +402,9 @@ def generate(p: GenParams) -> Case:
         ],
         vms=[
             VmState(
-                name=vm.name,
-                uuid=f"10000000-0000-4000-8000-{k + 1:012d}",
-                host=hosts[vm.host].name,
+                name=VmName(vm.name),
+                uuid=VmUuid(f"10000000-0000-4000-8000-{k + 1:012d}"),
+                host=HostName(hosts[vm.host].name),
                 state=VmRunState.RUNNING,
                 vcpus=vm.vcpus,
                 memory_max=vm.memory,

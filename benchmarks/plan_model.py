@@ -204,7 +204,7 @@ def build_instance(desired: DesiredState, snapshot: Snapshot) -> Instance:
     """Independent arrays of a case; every host must be known (the generator's are)."""
     spec = desired.policy.spec
     hosts = {h.name: h for h in desired.cluster.spec.hosts}
-    names = [h.name for h in snapshot.hosts]
+    names: list[str] = [h.name for h in snapshot.hosts]
     index = {n: i for i, n in enumerate(names)}
     cpu_cap = np.zeros(len(names))
     mem_cap = np.zeros(len(names))

@@ -25,6 +25,7 @@ from typing import Any
 
 from reconciler.engine.ports import MigrationProgress, MigrationResult
 from reconciler.errors import HostUnreachable
+from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
 from reconciler.model.status import ReconcileStatus
@@ -121,9 +122,11 @@ class FakeCluster:
 
     def _host_state(self, h: FakeHost) -> HostState:
         if not h.reachable:
-            return HostState(name=h.name, uri=f"fake://{h.name}", reachable=False, error="down")
+            return HostState(
+                name=HostName(h.name), uri=f"fake://{h.name}", reachable=False, error="down"
+            )
         return HostState(
-            name=h.name,
+            name=HostName(h.name),
             uri=f"fake://{h.name}",
             reachable=True,
             arch=h.arch,
@@ -133,9 +136,9 @@ class FakeCluster:
 
     def _vm_state(self, v: FakeVm) -> VmState:
         return VmState(
-            name=v.name,
-            uuid=f"uuid-{v.name}",
-            host=v.host,
+            name=VmName(v.name),
+            uuid=VmUuid(f"uuid-{v.name}"),
+            host=HostName(v.host),
             state=v.state,
             vcpus=v.vcpus,
             memory_max=v.memory,

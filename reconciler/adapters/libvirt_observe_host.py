@@ -29,6 +29,7 @@ from reconciler.adapters.domain_xml import (
     passthrough_cpu_mode,
 )
 from reconciler.errors import HostTimeout, HostUnreachable
+from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.snapshot import (
     HostState,
     ReconcilerState,
@@ -354,7 +355,7 @@ def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | Non
         for vm in probe.vms
     ]
     host = HostState(
-        name=probe.name,
+        name=HostName(probe.name),
         uri=probe.uri,
         reachable=True,
         cpu_utilisation=_host_cpu_busy(probe.cpu_first, cpu_second),
@@ -397,9 +398,9 @@ def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> Vm
             0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
         )
     return VmState(
-        name=vm.name,
-        uuid=vm.uuid,
-        host=host,
+        name=VmName(vm.name),
+        uuid=VmUuid(vm.uuid),
+        host=HostName(host),
         state=state,
         state_reason=reason,
         persistent=vm.persistent,
@@ -418,7 +419,7 @@ def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> Vm
 def unreachable(probe: Probe, error: Exception) -> HostState:
     """The host as reported when it failed: never empty, always with the reason."""
     return HostState(
-        name=probe.name,
+        name=HostName(probe.name),
         uri=probe.uri,
         reachable=False,
         error=str(error),

@@ -27,6 +27,7 @@ from reconciler.adapters.domain_xml import passthrough_blocker
 from reconciler.adapters.libvirt_observe_host import ProbeSettings
 from reconciler.adapters.libvirt_observe_pool import HostResult, observe_hosts
 from reconciler.errors import ConfigError
+from reconciler.model.base import HostName
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import (
     HostState,
@@ -196,7 +197,7 @@ def _fan_out(
 
 def _lost(name: str, uri: str, exitcode: int | None, err: Exception) -> HostResult:
     error = f"the observer process for this host ended without a result (exit {exitcode}): {err!r}"
-    return HostState(name=name, uri=uri, reachable=False, error=error), []
+    return HostState(name=HostName(name), uri=uri, reachable=False, error=error), []
 
 
 def _snapshot(cluster: str, results: list[HostResult], taken_at: datetime) -> Snapshot:

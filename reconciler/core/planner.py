@@ -24,6 +24,7 @@ from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
 from reconciler.core.vm_facts import balance_hold
 from reconciler.core.waves import assign_waves
+from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import ArchSpread, HostLoad, Move, Plan, Unsatisfiable
@@ -164,9 +165,9 @@ def _balance_movable(
 def _move(model: Model, step: Step, wave: int) -> Move:
     vm = model.vms[step.vm]
     return Move(
-        vm=vm.name,
-        source=model.hosts[step.source].name,
-        target=model.hosts[step.target].name,
+        vm=VmName(vm.name),
+        source=HostName(model.hosts[step.source].name),
+        target=HostName(model.hosts[step.target].name),
         memory=vm.memory,
         vcpus=vm.vcpus,
         reason=step.reason,

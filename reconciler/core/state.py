@@ -177,7 +177,7 @@ def build(
     left out. ``new_vm`` adds a VM placed nowhere (index last) for placement questions.
     """
     spec = desired.policy.spec
-    observed = {h.name: h for h in snapshot.hosts}
+    observed: dict[str, HostState] = {h.name: h for h in snapshot.hosts}
     hosts: list[HostInfo] = []
     for host in sorted(desired.cluster.spec.hosts, key=lambda h: h.name):
         hosts.append(_host_info(desired, host, len(hosts), observed.get(host.name)))

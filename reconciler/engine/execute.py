@@ -30,6 +30,7 @@ from reconciler.engine.ports import (
     Observer,
 )
 from reconciler.errors import ReconcilerError
+from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import FailedMove, Snapshot
@@ -124,7 +125,7 @@ class Execution:
 
     # --- admission ------------------------------------------------------------------------
 
-    def _fresh(self, hosts: set[str]) -> Snapshot:
+    def _fresh(self, hosts: set[HostName]) -> Snapshot:
         try:
             fresh = self.ports.observer.observe_hosts(sorted(hosts))
         except ReconcilerError as err:

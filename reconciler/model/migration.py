@@ -6,7 +6,7 @@ it, so it lives below both.
 
 from __future__ import annotations
 
-from reconciler.model.base import Frozen
+from reconciler.model.base import Frozen, HostName, VmName
 
 
 class MigrationProgress(Frozen):
@@ -23,15 +23,15 @@ class MigrationProgress(Frozen):
 class MigrationResult(Frozen):
     """What a migration ended as, after looking at both hosts (not only at the exception)."""
 
-    vm: str
-    source: str
-    target: str
+    vm: VmName
+    source: HostName
+    target: HostName
     succeeded: bool
     aborted: bool = False
     error: str | None = None
-    running_on: list[str] = []
+    running_on: list[HostName] = []
     """Hosts the VM was found running on afterwards (exactly one when all is well)."""
-    paused_on: list[str] = []
+    paused_on: list[HostName] = []
     """Hosts the VM was found paused on afterwards and could not be resumed."""
     seconds: float = 0.0
     downtime_ms: float | None = None

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, Field
 
-from reconciler.model.base import ApiVersion, Frozen
+from reconciler.model.base import ApiVersion, Frozen, HostName, VmName
 
 
 class Reason(StrEnum):
@@ -30,9 +30,9 @@ class Reason(StrEnum):
 
 
 class Move(Frozen):
-    vm: str
-    source: str
-    target: str
+    vm: VmName
+    source: HostName
+    target: HostName
     memory: int = Field(ge=0, description="Guest memory to copy, bytes.")
     vcpus: int = Field(ge=0)
     reason: Reason

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, Field
 
-from reconciler.model.base import ApiVersion, Frozen
+from reconciler.model.base import ApiVersion, Frozen, HostName, VmName, VmUuid
 
 
 class VmRunState(StrEnum):
@@ -82,9 +82,9 @@ class ReconcilerState(Frozen):
 
 
 class VmState(Frozen):
-    name: str
-    uuid: str
-    host: str = Field(description="Name of the host (as in the Cluster) it was seen on.")
+    name: VmName
+    uuid: VmUuid
+    host: HostName = Field(description="Name of the host (as in the Cluster) it was seen on.")
     state: VmRunState
     state_reason: str = Field(default="", description="libvirt's reason for the state.")
     persistent: bool = True
@@ -107,7 +107,7 @@ class VmState(Frozen):
 
 
 class HostState(Frozen):
-    name: str
+    name: HostName
     uri: str
     reachable: bool
     error: str | None = Field(default=None, description="Why the host is unknown.")

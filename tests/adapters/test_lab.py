@@ -109,7 +109,7 @@ def test_test_driver_lab_up_status_down(tmp_path: Path) -> None:
     assert sorted(v.name for v in status.vms) == sorted(v.name for v in lab.vms)
     snap = observe_cluster(desired.cluster, sample_interval=0)
     assert {(v.name, v.host) for v in snap.vms} == {(v.name, v.host) for v in lab.vms}
-    assert {v.name: v.labels for v in snap.vms}["db-1"] == {"role": "db"}
+    assert {str(v.name): v.labels for v in snap.vms}["db-1"] == {"role": "db"}
     lab_api.stop_lab(directory)
     assert not directory.exists()
     with pytest.raises(LabError, match="no lab"):
@@ -163,7 +163,7 @@ def test_lab_runs_real_vms(lab: Lab, lab_cluster: Cluster) -> None:
         assert vm.memory_used > 1 << 20
         assert vm.memory_max == {v.name: v.memory_mib for v in lab.vms}[vm.name] << 20
         assert vm.migratable, vm.unmigratable
-    assert {v.name: v.labels for v in snap.vms}["web-2"] == {"app": "web"}
+    assert {str(v.name): v.labels for v in snap.vms}["web-2"] == {"app": "web"}
     # a handful of bulk calls per host, plus one XMLDesc per VM
     for host in snap.hosts:
         count = sum(1 for v in snap.vms if v.host == host.name)

@@ -32,6 +32,7 @@ from reconciler.adapters.lab import Lab, LabVm, qemu
 from reconciler.adapters.libvirt_connection import ConnectionSettings
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
+from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move, Reason
@@ -138,9 +139,9 @@ def assert_runs_once_on(lab: Lab, uuid: str, host: str) -> None:
 
 def move(vm: LabVm, source: str, target: str) -> Move:
     return Move(
-        vm=vm.name,
-        source=source,
-        target=target,
+        vm=VmName(vm.name),
+        source=HostName(source),
+        target=HostName(target),
         memory=vm.memory_mib * 1024**2,
         vcpus=vm.vcpus,
         reason=Reason.BALANCE,

@@ -10,20 +10,21 @@ import pytest
 
 from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot, snapshot_json
 from reconciler.errors import SnapshotError
+from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.snapshot import HostState, Snapshot, VmRunState, VmState
 
 SNAP = Snapshot(
     cluster="lab",
     taken_at=datetime(2025, 1, 1, tzinfo=UTC),
     hosts=[
-        HostState(name="kvm-01", uri="test:///x", reachable=True, cpus=4),
-        HostState(name="kvm-02", uri="test:///y", reachable=False, error="refused"),
+        HostState(name=HostName("kvm-01"), uri="test:///x", reachable=True, cpus=4),
+        HostState(name=HostName("kvm-02"), uri="test:///y", reachable=False, error="refused"),
     ],
     vms=[
         VmState(
-            name="web-1",
-            uuid="u1",
-            host="kvm-01",
+            name=VmName("web-1"),
+            uuid=VmUuid("u1"),
+            host=HostName("kvm-01"),
             state=VmRunState.RUNNING,
             vcpus=1,
             memory_max=1 << 27,

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from reconciler.config import validate_folder
 from reconciler.config.findings import Finding
 from reconciler.core.state import Model, build
+from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import PlacementRules
@@ -132,15 +133,20 @@ def _snapshot(desired: DesiredState, placement: dict[str, str]) -> Snapshot:
         taken_at=datetime(2025, 1, 1, tzinfo=UTC),
         hosts=[
             HostState(
-                name=h.name, uri=h.uri, reachable=True, cpus=64, memory_total=256 * GIB, arch="x"
+                name=HostName(h.name),
+                uri=h.uri,
+                reachable=True,
+                cpus=64,
+                memory_total=256 * GIB,
+                arch="x",
             )
             for h in desired.cluster.spec.hosts
         ],
         vms=[
             VmState(
-                name=vm,
-                uuid=f"00000000-0000-4000-8000-{i:012d}",
-                host=placement[vm],
+                name=VmName(vm),
+                uuid=VmUuid(f"00000000-0000-4000-8000-{i:012d}"),
+                host=HostName(placement[vm]),
                 state=VmRunState.RUNNING,
                 vcpus=1,
                 memory_max=GIB,

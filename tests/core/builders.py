@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from reconciler.model.base import API_VERSION, Metadata
+from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
 from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.placement import Placement, PlacementSpec
@@ -49,10 +49,10 @@ def host_state(
 ) -> HostState:
     if not reachable:
         return HostState(
-            name=name, uri=f"qemu+ssh://root@{name}/system", reachable=False, error="x"
+            name=HostName(name), uri=f"qemu+ssh://root@{name}/system", reachable=False, error="x"
         )
     return HostState(
-        name=name,
+        name=HostName(name),
         uri=f"qemu+ssh://root@{name}/system",
         reachable=True,
         arch=arch,
@@ -76,9 +76,9 @@ def vm(
 ) -> VmState:
     mem = int(memory_gib * GIB)
     return VmState(
-        name=name,
-        uuid=f"uuid-{name}",
-        host=on,
+        name=VmName(name),
+        uuid=VmUuid(f"uuid-{name}"),
+        host=HostName(on),
         state=VmRunState.RUNNING,
         vcpus=vcpus,
         memory_max=mem,

@@ -78,7 +78,7 @@ def required_measures(desired: DesiredState, snap: Snapshot) -> dict[str, int]:
     most; antiAffinity: members beyond the first per domain; spread: skew beyond maxSkew.
     """
     where = placements(snap)
-    labels = {v.name: v.labels for v in snap.vms}
+    labels: dict[str, dict[str, str]] = {v.name: v.labels for v in snap.vms}
     hosts = {h.name: h for h in desired.cluster.spec.hosts}
     known = {h.name for h in snap.hosts if h.reachable}
     rules = desired.rules.spec.rules

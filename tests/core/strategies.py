@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from hypothesis import strategies as st
 
-from reconciler.model.base import API_VERSION, Metadata
+from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
 from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -55,7 +55,7 @@ def hosts_strategy(draw: st.DrawFn) -> tuple[list[Host], list[HostState]]:
         reachable = draw(st.integers(0, 9)) > 0
         states.append(
             HostState(
-                name=name,
+                name=HostName(name),
                 uri=f"test:///{name}",
                 reachable=reachable,
                 error=None if reachable else "unreachable",
@@ -110,8 +110,8 @@ def cases(draw: st.DrawFn) -> Case:
             recent = draw(st.integers(0, 5)) == 0
             vms.append(
                 VmState(
-                    name=f"vm{i}",
-                    uuid=f"u{i}",
+                    name=VmName(f"vm{i}"),
+                    uuid=VmUuid(f"u{i}"),
                     host=draw(st.sampled_from(reachable)),
                     state=draw(st.sampled_from([VmRunState.RUNNING] * 5 + [VmRunState.SHUTOFF])),
                     vcpus=vcpus,

@@ -341,7 +341,7 @@ def test_disruption_budget_spreads_members_over_waves() -> None:
         [vm(f"web-{i}", "a", labels={"app": "web"}) for i in range(3)] + [vm("db", "a")],
     )
     p = run(d, s)
-    waves = {m.vm: m.wave for m in p.moves}
+    waves: dict[str, int] = {m.vm: m.wave for m in p.moves}
     assert sorted(waves[f"web-{i}"] for i in range(3)) == [0, 1, 2]
     assert waves["db"] == 0
 

@@ -76,8 +76,10 @@ def test_a_required_affinity_group_moves_in_one_wave(case: Case) -> None:
     desired, snap, _ = case
     p = run(case)
     where = placements(snap)
-    labels = {v.name: v.labels for v in snap.vms}
-    wave_of = {m.vm: (m in p.deferred, m.wave, m.target) for m in p.moves + p.deferred}
+    labels: dict[str, dict[str, str]] = {v.name: v.labels for v in snap.vms}
+    wave_of: dict[str, tuple[bool, int, str]] = {
+        m.vm: (m in p.deferred, m.wave, m.target) for m in p.moves + p.deferred
+    }
     for r in desired.rules.spec.rules:
         if r.type != "affinity" or r.enforcement.value != "required":
             continue

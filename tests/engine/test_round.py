@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reconciler.core.admission import AdmitCode, Verdict, admit
 from reconciler.engine.round import RoundPorts, run_round
 from reconciler.errors import TerminalError
+from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move, Reason
 from reconciler.model.status import ConditionType, MoveOutcome, RoundOutcome
@@ -298,8 +299,8 @@ def test_no_limit_is_ever_exceeded_and_no_vm_moves_twice(data: st.DataObject) ->
     for move, running in fake.migrations:
         now = [*running, move]
         assert len(now) <= spec.parallel.cluster
-        out = Counter(m.source for m in now)
-        inn = Counter(m.target for m in now)
+        out: Counter[str] = Counter(m.source for m in now)
+        inn: Counter[str] = Counter(m.target for m in now)
         for name, h in hosts.items():
             assert out[name] <= (h.migration.max_outbound or 2)
             assert inn[name] <= (h.migration.max_inbound or 2)
@@ -324,9 +325,9 @@ def test_admit_waits_for_room_an_earlier_move_frees_and_skips_what_is_gone() -> 
     snap = fake.observe()
     swap = [
         Move(
-            vm="small",
-            source="b",
-            target="a",
+            vm=VmName("small"),
+            source=HostName("b"),
+            target=HostName("a"),
             memory=6 * GIB,
             vcpus=2,
             reason=Reason.DRIFT,
@@ -334,9 +335,9 @@ def test_admit_waits_for_room_an_earlier_move_frees_and_skips_what_is_gone() -> 
             wave=0,
         ),
         Move(
-            vm="big",
-            source="a",
-            target="b",
+            vm=VmName("big"),
+            source=HostName("a"),
+            target=HostName("b"),
             memory=8 * GIB,
             vcpus=2,
             reason=Reason.DRIFT,
@@ -344,9 +345,9 @@ def test_admit_waits_for_room_an_earlier_move_frees_and_skips_what_is_gone() -> 
             wave=0,
         ),
         Move(
-            vm="ghost",
-            source="a",
-            target="b",
+            vm=VmName("ghost"),
+            source=HostName("a"),
+            target=HostName("b"),
             memory=GIB,
             vcpus=1,
             reason=Reason.DRIFT,
