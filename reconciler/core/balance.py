@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.beam import Path, beam_search, small_enough
-from reconciler.core.capacity import SATURATED
+from reconciler.core.capacity import SATURATED, spread
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
 from reconciler.core.steps import Step
@@ -78,8 +78,8 @@ class BalanceSettings:
 
 
 def spread_of(state: State, hosts: Sequence[int]) -> float:
-    scores = [state.score(h) for h in hosts]
-    return max(scores) - min(scores) if len(scores) > 1 else 0.0
+    """The spread of ``hosts``' scores in ``state`` (:func:`capacity.spread`)."""
+    return spread([state.score(h) for h in hosts])
 
 
 def plan_balance(

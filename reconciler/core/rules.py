@@ -23,12 +23,12 @@ from typing import Literal
 
 from reconciler.core.capacity import HostInfo, VmInfo
 from reconciler.core.selectors import Index, matches
+from reconciler.core.semantics import is_required, topology_domain
 from reconciler.model.plan import Reason
 from reconciler.model.rules import (
     AffinityRule,
     AntiAffinityRule,
     DisruptionBudgetRule,
-    Enforcement,
     ExcludeRule,
     HostAffinityRule,
     HostAntiAffinityRule,
@@ -183,14 +183,6 @@ class CompiledRules:
         return None
 
 
-def _required(rule: Rule) -> bool:
-    if isinstance(rule, PinRule):
-        return True
-    if isinstance(rule, ExcludeRule | DisruptionBudgetRule):
-        return False
-    return rule.enforcement is Enforcement.REQUIRED
-
-
 def compile_rules(
     rules: Sequence[Rule], hosts: Sequence[HostInfo], vms: Sequence[VmInfo]
 ) -> CompiledRules:
@@ -212,7 +204,7 @@ def compile_rules(
             hr = HostRule(
                 name=rule.name,
                 kind=rule.type,
-                required=_required(rule),
+                required=is_required(rule),
                 hosts=host_items.select(rule.hosts),
                 allow=not isinstance(rule, HostAntiAffinityRule),
             )
@@ -254,7 +246,7 @@ def _group(
     spread = isinstance(rule, SpreadRule)
     domains = cache.get(("domains", key, spread))
     if not isinstance(domains, tuple):
-        domains = tuple(_domain(h, key, spread) for h in hosts)
+        domains = tuple(topology_domain(h.name, h.labels, key, spread=spread) for h in hosts)
         cache["domains", key, spread] = domains
     # Members share few distinct sets of required host rules: check each set once per host.
     signatures = frozenset(tuple(r for r in host_rules[m] if r.required) for m in members)
@@ -274,22 +266,13 @@ def _group(
         index=index,
         name=rule.name,
         kind=rule.type,
-        required=_required(rule),
+        required=is_required(rule),
         members=tuple(members),
         domains=domains,
         eligible=eligible,
         max_skew=rule.max_skew if isinstance(rule, SpreadRule) else 1,
         topology_key=key,
     )
-
-
-def _domain(h: HostInfo, key: str | None, spread: bool) -> str | None:
-    if key is None:
-        return h.name
-    if key in h.labels:
-        return f"{key}={h.labels[key]}"
-    # Without the label a host takes no part in a spread, and is its own anti-affinity domain.
-    return None if spread else f"host={h.name}"
 
 
 def new_counts(group: GroupRule, host_of: Sequence[int]) -> DomainCounts:
