@@ -6,7 +6,7 @@ rules and the placement are known, and a selector with labels picks an unknown s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 
 from reconciler.core.selectors import Index, matches
@@ -22,9 +22,34 @@ def is_glob(name: str) -> bool:
     return any(c in name for c in GLOB_CHARS)
 
 
+_INDEXES: dict[int, tuple[Sequence[Host], Index]] = {}
+"""Index of a host list by its identity: the same Cluster's hosts are asked about thousands of
+times (once per rule), so each list is indexed once. The list is kept with its index, so its
+identity cannot be reused while the entry lives."""
+_MAX_INDEXES = 16
+
+
+def _index_of(hosts: Sequence[Host]) -> Index:
+    entry = _INDEXES.get(id(hosts))
+    if entry is not None and entry[0] is hosts:
+        return entry[1]
+    if len(_INDEXES) >= _MAX_INDEXES:
+        _INDEXES.clear()
+    index = Index([(i, h.name, h.labels) for i, h in enumerate(hosts)])
+    _INDEXES[id(hosts)] = (hosts, index)
+    return index
+
+
 def hosts_matching(selector: Selector, hosts: Iterable[Host]) -> list[Host]:
-    """The hosts ``selector`` picks: every given field must match."""
-    return [host for host in hosts if matches(selector, host.name, host.labels)]
+    """The hosts ``selector`` picks, in their order: every given field must match.
+
+    Uses the core's own selection (the planner's meaning), through an index when asked about a
+    list of many hosts.
+    """
+    if not isinstance(hosts, list | tuple) or len(hosts) < 16:
+        return [host for host in hosts if matches(selector, host.name, host.labels)]
+    picked = _index_of(hosts).select(selector)
+    return [hosts[i] for i in sorted(picked)]
 
 
 def known_vm_names(desired: DesiredState) -> set[str]:

@@ -154,14 +154,23 @@ def duplicate_rule_findings(desired: DesiredState, src: Sources) -> list[Finding
     return out
 
 
-def _host_rules(
-    desired: DesiredState,
-) -> list[tuple[int, HostAffinityRule | HostAntiAffinityRule | PinRule]]:
-    return [
+HostRule = HostAffinityRule | HostAntiAffinityRule | PinRule
+_HOST_RULES: dict[int, tuple[DesiredState, list[tuple[int, HostRule]]]] = {}
+
+
+def _host_rules(desired: DesiredState) -> list[tuple[int, HostRule]]:
+    """The host rules with their index; worked out once per desired state (asked per rule)."""
+    entry = _HOST_RULES.get(id(desired))
+    if entry is not None and entry[0] is desired:
+        return entry[1]
+    rules = [
         (i, r)
         for i, r in enumerate(desired.rules.spec.rules)
         if isinstance(r, HostAffinityRule | HostAntiAffinityRule | PinRule)
     ]
+    _HOST_RULES.clear()  # one desired state at a time is validated
+    _HOST_RULES[id(desired)] = (desired, rules)
+    return rules
 
 
 def _names_exist(selector: Selector, hosts: list[Host]) -> bool:
@@ -212,11 +221,12 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
 
 def eligible_hosts(desired: DesiredState, vms: Selector) -> list[Host]:
     """Hosts not in maintenance that every required host rule covering ``vms`` allows."""
-    hosts = [h for h in desired.cluster.spec.hosts if not h.maintenance]
+    every = desired.cluster.spec.hosts
+    hosts = [h for h in every if not h.maintenance]
     for _, rule in _host_rules(desired):
         if isinstance(rule, PinRule) or not is_required(rule) or not covers(rule.vms, vms):
             continue
-        picked = {h.name for h in hosts_matching(rule.hosts, hosts)}
+        picked = {h.name for h in hosts_matching(rule.hosts, every)}
         keep = isinstance(rule, HostAffinityRule)
         hosts = [h for h in hosts if (h.name in picked) == keep]
     return hosts
@@ -301,7 +311,7 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
                     f"pin to another host, or set maintenance: false on {target.name}",
                 )
             )
-        elif target not in eligible_hosts(desired, rule.vms):
+        elif target.name not in {h.name for h in eligible_hosts(desired, rule.vms)}:
             out.append(
                 _finding(
                     src.rules,
