@@ -219,12 +219,44 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
     return out
 
 
+_NARROWING: dict[int, tuple[DesiredState, list[HostAffinityRule | HostAntiAffinityRule]]] = {}
+
+
+def _narrowing_rules(desired: DesiredState) -> list[HostAffinityRule | HostAntiAffinityRule]:
+    """The required hostAffinity and hostAntiAffinity rules, worked out once per state."""
+    entry = _NARROWING.get(id(desired))
+    if entry is not None and entry[0] is desired:
+        return entry[1]
+    rules = [
+        r
+        for _, r in _host_rules(desired)
+        if isinstance(r, HostAffinityRule | HostAntiAffinityRule) and is_required(r)
+    ]
+    _NARROWING.clear()
+    _NARROWING[id(desired)] = (desired, rules)
+    return rules
+
+
+_AVAILABLE: dict[int, tuple[DesiredState, list[Host]]] = {}
+
+
+def _available(desired: DesiredState) -> list[Host]:
+    """The hosts not in maintenance, worked out once per desired state."""
+    entry = _AVAILABLE.get(id(desired))
+    if entry is not None and entry[0] is desired:
+        return entry[1]
+    hosts = [h for h in desired.cluster.spec.hosts if not h.maintenance]
+    _AVAILABLE.clear()
+    _AVAILABLE[id(desired)] = (desired, hosts)
+    return hosts
+
+
 def eligible_hosts(desired: DesiredState, vms: Selector) -> list[Host]:
     """Hosts not in maintenance that every required host rule covering ``vms`` allows."""
     every = desired.cluster.spec.hosts
-    hosts = [h for h in every if not h.maintenance]
-    for _, rule in _host_rules(desired):
-        if isinstance(rule, PinRule) or not is_required(rule) or not covers(rule.vms, vms):
+    hosts = _available(desired)  # returned as is when no host rule narrows it
+    for rule in _narrowing_rules(desired):
+        if not covers(rule.vms, vms):
             continue
         picked = {h.name for h in hosts_matching(rule.hosts, every)}
         keep = isinstance(rule, HostAffinityRule)
@@ -341,13 +373,18 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
 def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """A required antiAffinity with more (literally named) VMs than hosts it may use."""
     out = []
+    rooms: dict[tuple[int, str | None], int] = {}  # most rules share the eligible list
     for i, rule in _indexed(desired, AntiAffinityRule):
         members = literal_members(rule.vms)
         if not is_required(rule) or members is None:
             continue
         eligible = eligible_hosts(desired, rule.vms)
         key = rule.topology_key
-        room = len({_domain(h, key) for h in eligible})
+        room = rooms.get((id(eligible), key))
+        if room is None:
+            room = len({_domain(h, key) for h in eligible})
+            if eligible is _available(desired):
+                rooms[id(eligible), key] = room
         if key is None:
             what = f"{len(members)} hosts"
             have = f"{room} {'is' if room == 1 else 'are'} eligible"
