@@ -237,6 +237,32 @@ def _narrowing_rules(desired: DesiredState) -> list[HostAffinityRule | HostAntiA
     return rules
 
 
+_KNOWN: dict[tuple[int, str], tuple[DesiredState, KnownVms]] = {}
+
+
+def _cached_known(desired: DesiredState, what: str) -> KnownVms:
+    """An index of VM names, built once per desired state: it is asked about every rule."""
+    entry = _KNOWN.get((id(desired), what))
+    if entry is not None and entry[0] is desired:
+        return entry[1]
+    if any(d is not desired for d, _ in _KNOWN.values()):
+        _KNOWN.clear()
+    names = known_vm_names(desired) if what == "known" else desired.placement.spec.vms
+    known = KnownVms(names)
+    _KNOWN[id(desired), what] = (desired, known)
+    return known
+
+
+def _known(desired: DesiredState) -> KnownVms:
+    """The VMs named literally in the rules or the placement."""
+    return _cached_known(desired, "known")
+
+
+def _placed(desired: DesiredState) -> KnownVms:
+    """The VMs the placement lists, in its order."""
+    return _cached_known(desired, "placed")
+
+
 _AVAILABLE: dict[int, tuple[DesiredState, list[Host]]] = {}
 
 
@@ -311,7 +337,7 @@ def _pin_target(rule: PinRule, hosts: list[Host]) -> Host | None:
 def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Pins to several hosts, to a host in maintenance, against host rules, or in pairs."""
     hosts = desired.cluster.spec.hosts
-    known = KnownVms(known_vm_names(desired))
+    known = _known(desired)
     out = []
     pinned: dict[str, tuple[str, str]] = {}
     for i, rule in _indexed(desired, PinRule):
@@ -407,7 +433,7 @@ def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list
 
 def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Two VMs that a required affinity keeps together and a required antiAffinity apart."""
-    known = KnownVms(known_vm_names(desired))
+    known = _known(desired)
     out = []
     for ia, a in _indexed(desired, AffinityRule):
         for ib, b in _indexed(desired, AntiAffinityRule):
@@ -443,7 +469,7 @@ HostRuleOfVm = tuple[HostAffinityRule | HostAntiAffinityRule | PinRule, list[str
 def _required_host_rules_of(desired: DesiredState) -> dict[str, list[HostRuleOfVm]]:
     """Placed VM -> the required host rules that surely select it, in rule order, each with
     the names of the hosts it selects."""
-    placed = KnownVms(desired.placement.spec.vms)
+    placed = _placed(desired)
     hosts = desired.cluster.spec.hosts
     out: dict[str, list[HostRuleOfVm]] = {}
     for _, rule in _host_rules(desired):
@@ -517,7 +543,7 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
 def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     by_name = {h.name: h for h in desired.cluster.spec.hosts}
     placed = {vm: by_name[h] for vm, h in desired.placement.spec.vms.items() if h in by_name}
-    known = KnownVms(placed)
+    known = _placed(desired) if len(placed) == len(desired.placement.spec.vms) else KnownVms(placed)
     out = []
     for _, rule in _indexed(desired, AntiAffinityRule):
         if not is_required(rule):
