@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from reconciler.adapters.lab import Lab
@@ -76,6 +77,8 @@ def test_propose_merge_apply_history_on_a_real_lab(
         code, out, err = reconciler(capsys, "history", *repo, "--format", "json")
         assert code == 0, err
         history = json.loads(out)
+        schema = Path(__file__).resolve().parents[2] / "schemas" / "movehistory.json"
+        jsonschema.validate(history, json.loads(schema.read_text()))
         executed = [e for e in history["entries"] if e["kind"] == "executed"]
         assert executed, history
         audit = executed[0]
