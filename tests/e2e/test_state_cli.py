@@ -92,3 +92,14 @@ def test_a_live_plan_with_no_host_observed_is_an_error_naming_each_host(
     assert "kvm-01:" in run.err
     assert "kvm-02:" in run.err
     assert "No changes" not in run.out
+
+
+def test_a_one_shot_command_leaves_the_garbage_collector_as_it_found_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gc
+
+    folder, snapshot = write_scenario("hold_rounds_not_reached", tmp_path)
+    assert gc.isenabled()
+    assert reconciler(capsys, "plan", folder, "--snapshot", snapshot).code == 0
+    assert gc.isenabled(), "a plan called in a long-lived process must not leave gc off"
