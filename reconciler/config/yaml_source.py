@@ -20,10 +20,12 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from reconciler.config.findings import DocPath
 from reconciler.errors import DocumentError
 
-MAX_FILE_BYTES: Final = 1024 * 1024
-"""Larger files are refused before they are read."""
+MAX_FILE_BYTES: Final = 16 * 1024 * 1024
+"""Larger files are refused before they are read (a Placement of 125,000 VMs is about 3 MiB)."""
 MAX_NODES: Final = 100_000
-"""Values a document may expand to, aliases counted each time they are used."""
+"""Values a document may expand to beyond its own length, aliases counted each time they are
+used: written out, a document has fewer values than characters, so only nested aliases reach
+more than ``max(MAX_NODES, len(text))``."""
 MAX_DEPTH: Final = 64
 """Nesting of mappings and lists a document may have."""
 
@@ -73,9 +75,10 @@ def _mark(node: Node) -> Position:
 class _Builder:
     """Turns composed nodes into dicts, lists and scalars, counting every expansion."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, budget: int = MAX_NODES) -> None:
         self.file = file
-        self.budget = MAX_NODES
+        self.limit = max(MAX_NODES, budget)
+        self.budget = self.limit
         self.values: dict[DocPath, Position] = {}
         self.keys: dict[DocPath, Position] = {}
         self.raw: dict[DocPath, str] = {}
@@ -92,7 +95,7 @@ class _Builder:
         if self.budget < 0:
             raise self.fail(
                 node,
-                f"the document expands to more than {MAX_NODES} values (anchors and aliases "
+                f"the document expands to more than {self.limit} values (anchors and aliases "
                 "repeated inside each other)",
                 "write the values out instead of nesting aliases",
                 at=self.keys.get(path[:1]),  # the top-level key whose value explodes
@@ -245,7 +248,7 @@ def documents_from_text(text: str, file: str) -> list[Document]:
         for index, node in enumerate(_composed(text, file)):
             if node is None or (isinstance(node, ScalarNode) and node.tag == f"{_TAG}null"):
                 continue
-            builder = _Builder(file)
+            builder = _Builder(file, len(text))
             if not isinstance(node, MappingNode):
                 kind = "a list" if isinstance(node, SequenceNode) else f"the value {node.value!r}"
                 raise builder.fail(
@@ -295,7 +298,7 @@ def read_documents(path: Path, *, root: Path) -> list[Document]:
             )
         if info.st_size > MAX_FILE_BYTES:
             raise DocumentError(
-                f"file is {info.st_size} bytes, over the limit of {MAX_FILE_BYTES} bytes (1 MiB)",
+                f"file is {info.st_size} bytes, over the limit of {MAX_FILE_BYTES} bytes (16 MiB)",
                 file=file,
                 hint="split it into smaller files, or check that it belongs in the folder",
             )
@@ -309,7 +312,7 @@ def read_documents(path: Path, *, root: Path) -> list[Document]:
         ) from None
     if len(raw) > MAX_FILE_BYTES:
         raise DocumentError(
-            f"file is over the limit of {MAX_FILE_BYTES} bytes (1 MiB)",
+            f"file is over the limit of {MAX_FILE_BYTES} bytes (16 MiB)",
             file=file,
             hint="split it into smaller files, or check that it belongs in the folder",
         )
