@@ -405,7 +405,8 @@ class LibvirtMigrator:
             source=move.source,
             target=move.target,
             succeeded=succeeded,
-            aborted=job.abort_reason is not None,
+            # an abort that came after the VM had switched over did not happen
+            aborted=job.abort_reason is not None and not succeeded,
             error=error,
             running_on=running_on,
             paused_on=paused_on,

@@ -33,6 +33,7 @@ from reconciler.adapters.libvirt_connection import ConnectionSettings
 from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
 from reconciler.model.base import HostName, VmName
+from reconciler.model.cluster import Migration
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move, Reason
@@ -264,8 +265,9 @@ def test_setting_abort_stops_the_migration_and_the_vm_runs_on_the_source(
     lab: Lab, desired: DesiredState, vm: LabVm
 ) -> None:
     abort = threading.Event()
+    slow = {"migration": Migration(bandwidth=1)}  # 1 MiB/s: the abort comes before switch-over
     result, progress = migrate(
-        LibvirtMigrator(desired),
+        LibvirtMigrator(tuned(desired, kvm_02=slow)),
         move(vm, "kvm-01", "kvm-02"),
         abort=abort,
         hook=lambda _: abort.set(),
@@ -285,8 +287,11 @@ def test_setting_abort_stops_the_migration_and_the_vm_runs_on_the_source(
 def test_a_migration_past_its_time_limit_is_aborted(
     lab: Lab, desired: DesiredState, vm: LabVm
 ) -> None:
-    # 0.3 s per GiB: a 64 MiB VM (1 GiB rounded up) may take 0.3 s; starting its QEMU takes more
-    result, _ = migrate(LibvirtMigrator(tuned(desired, per_gib=0.3)), move(vm, "kvm-01", "kvm-02"))
+    # 0.3 s per GiB: a 64 MiB VM (1 GiB rounded up) may take 0.3 s; sending it at 1 MiB/s takes
+    # longer than that, so the abort always comes before the switch-over
+    slow = {"migration": Migration(bandwidth=1)}
+    desired = tuned(desired, per_gib=0.3, kvm_02=slow)
+    result, _ = migrate(LibvirtMigrator(desired), move(vm, "kvm-01", "kvm-02"))
 
     assert result.aborted
     assert not result.succeeded

@@ -176,7 +176,7 @@ BAD_INPUTS: dict[str, tuple[Callable[[Path], object], str]] = {
     ),
     "50-MB": (
         _sparse,
-        "lab/x.yaml:1:1: error: file is 52428800 bytes, over the limit of 1048576 bytes (1 MiB) "
+        "lab/x.yaml:1:1: error: file is 52428800 bytes, over the limit of 16777216 bytes (16 MiB) "
         "(split it into smaller files, or check that it belongs in the folder)",
     ),
     "symlink-out": (
