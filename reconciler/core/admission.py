@@ -201,7 +201,8 @@ def _group_of(m: Move, later: Sequence[Move]) -> list[Move]:
 def _refusal(
     state: State, model: Model, v: int, t: int, group: Sequence[Move]
 ) -> tuple[AdmitCode, str] | None:
-    refusal = check_move(state, v, t)
+    # Plans keep units whole; the group rules of a unit's members are judged just below.
+    refusal = check_move(state, v, t, alone=False)
     if refusal is None:
         return None
     if refusal.category.startswith("rule ") and group and _group_fits(state, model, v, t, group):

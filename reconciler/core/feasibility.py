@@ -4,6 +4,9 @@ A move of VM ``v`` to host ``t`` is feasible when ``t`` is known, not in mainten
 same CPU architecture as the VM's host, has room (memory incl. reserves, vCPUs within
 ``cpuOvercommit``, CPU and memory utilisation within ``hostLimit``), every required host rule
 of ``v`` permits ``t``, and no required group rule of ``v`` gets a higher violation measure.
+A VM that shares its host with another member of one of its required affinity groups never
+moves alone: that would split its unit (see :mod:`reconciler.core.units`), even where the
+affinity is broken already and its measure would not rise.
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ def _gib(size: float) -> str:
     return format_size(int(size)) if size >= 0 else "-" + format_size(int(-size))
 
 
-def check_move(state: State, v: int, t: int) -> Refusal | None:
-    """None when VM ``v`` may move to host ``t`` in ``state``, else the first reason it may not."""
+def check_move(state: State, v: int, t: int, *, alone: bool = True) -> Refusal | None:
+    """None when VM ``v`` may move to host ``t`` in ``state``, else the first reason it may not.
+
+    ``alone=False``: ``v`` moves with the rest of its unit, which the caller checks as a whole.
+    """
     model = state.model
     host = model.hosts[t]
     if not host.known:
@@ -66,11 +72,12 @@ def check_move(state: State, v: int, t: int) -> Refusal | None:
         return Refusal(
             "hostLimit", f"{host.name} memory would reach {mem:.0f}% (hostLimit {limit:g}%)"
         )
-    return check_rules(state, v, t)
+    return check_rules(state, v, t, alone=alone)
 
 
-def check_rules(state: State, v: int, t: int) -> Refusal | None:
-    """The required rules of ``v`` alone: host rules permit ``t``, group measures do not rise."""
+def check_rules(state: State, v: int, t: int, *, alone: bool = True) -> Refusal | None:
+    """The required rules of ``v`` alone: host rules permit ``t``, group measures do not rise
+    and, when ``alone``, no required affinity partner shares its host."""
     model = state.model
     for r in model.rules.host_rules[v]:
         if r.required and not r.permits(t):
@@ -88,6 +95,12 @@ def check_rules(state: State, v: int, t: int) -> Refusal | None:
         if a == b:
             continue
         dc = state.counts[gi]
+        if alone and g.kind == "affinity" and dc.count(a) > 1:
+            return Refusal(
+                f"rule {g.name}",
+                f"affinity {g.name} holds it with another member on {model.hosts[s].name}: "
+                "they move together",
+            )
         before = dc.measure()  # first: the probe may register the target's domain
         if dc.key_if_moved(a, b)[0] > before:
             return Refusal(

@@ -20,6 +20,7 @@ from reconciler.core.units import (
     check_unit,
     fixed_reason,
     unit_key,
+    unit_of,
 )
 from reconciler.model.plan import Reason, UnsatisfiableCode
 
@@ -195,7 +196,10 @@ def affinity(p: _Planner, g: GroupRule) -> None:
         options = holding + others
     last = "no host holds a member"
     for h in options:
-        movers = tuple(m for m in g.members if state.host_of[m] != h)
+        # Whole units: a member's partners of other required affinities on its host go too.
+        movers = tuple(
+            sorted({u for m in g.members if state.host_of[m] != h for u in unit_of(state, m)})
+        )
         blocked = [m for m in movers if m in p.out.moved or fixed_reason(state, m)]
         if blocked:
             last = f"{p.name(blocked[0])} may not move"

@@ -386,22 +386,42 @@ class _Planner:
                     key=lambda v: self._relief_key(h, v, limit),
                 )
                 moved = False
+                refused: list[Refusal] = []
                 for v in movable:
-                    t, _ = best_target(self.state, v, candidate_hosts(self.state, v))
+                    # A VM with required affinity partners on ``h`` leaves with all of them.
+                    unit = unit_of(self.state, v)
+                    stuck = [m for m in unit if m in self.out.moved or fixed_reason(self.state, m)]
+                    if stuck:
+                        refused.append(
+                            Refusal(
+                                "unit",
+                                f"{self.name(v)} must move with {self.name(stuck[0])} (a "
+                                "required affinity holds them together), which may not move",
+                            )
+                        )
+                        continue
+                    hosts = candidate_hosts(self.state, v)
+                    if len(unit) == 1:
+                        t, refusals = best_target(self.state, v, hosts)
+                    else:
+                        t, refusals = best_unit_target(self.state, unit, hosts, self.limits)
+                    refused.extend(refusals)
                     if t is not None:
-                        self.apply(
-                            v,
+                        names = " and ".join(self.name(m) for m in unit)
+                        self.apply_unit(
+                            unit,
                             t,
                             Reason.HOST_LIMIT,
                             None,
-                            f"{why}; {self.name(v)} moves to {self.host(t)}.",
+                            f"{why}; {names} moves to {self.host(t)}.",
                         )
                         moved = True
                         break
                 if not moved:
+                    because = f": {summarise(refused)}" if refused else ""
                     self.problem(
                         Code.NO_FEASIBLE_HOST,
-                        f"{why}, and no VM on it can move elsewhere",
+                        f"{why}, and no VM on it can move elsewhere{because}",
                         sorted(self.state.vms_on[h]),
                     )
                     break

@@ -144,9 +144,18 @@ def check_unit(state: State, unit: Sequence[int], t: int, limits: Limits) -> Ref
     moving = [m for m in unit if state.host_of[m] != t]
     if not moving:
         return Refusal("current", f"they already run on {host.name}")
+    inside = set(unit)
+    for m in moving:  # a unit that leaves a partner behind would split it
+        left = [x for x in unit_of(state, m) if x not in inside]
+        if left:
+            return Refusal(
+                "unit",
+                f"{model.vms[m].name} must move with {model.vms[left[0]].name}: a required "
+                "affinity holds them together",
+            )
     # Host checks of each member alone (state, architecture, host rules) ...
     for m in moving:
-        refusal = check_move(state, m, t)
+        refusal = check_move(state, m, t, alone=False)
         if refusal is not None and refusal.category not in CAPACITY and not _group(refusal):
             return refusal
     # ... then capacity and group rules for the whole unit.
