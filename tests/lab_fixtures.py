@@ -64,3 +64,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def lab_cluster(lab: Lab) -> Cluster:
     """The Cluster of the running lab, read from the folder ``lab up`` wrote."""
     return load_desired(lab.cluster_dir).cluster
+
+
+@pytest.fixture
+def own_lab(tmp_path: Path) -> Iterator[Lab]:
+    """A lab of its own for one test (3 hosts, 6 VMs): for tests that move VMs, so the shared
+    session lab stays as it was."""
+    directory = tmp_path / "lab"
+    started = start_lab_or_skip(directory, hosts=3, vms=6)
+    try:
+        yield started
+    finally:
+        stop_and_check(directory)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,21 +24,10 @@ from reconciler.adapters.lab import Lab, read_lab
 from reconciler.cli import main
 from reconciler.config import load_desired
 from reconciler.model.status import MoveOutcome, ReconcileStatus
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
 pytestmark = pytest.mark.lab
 
 libvirt = pytest.importorskip("libvirt")
-
-
-@pytest.fixture
-def own_lab(tmp_path: Path) -> Iterator[Lab]:
-    directory = tmp_path / "lab"
-    lab = start_lab_or_skip(directory, hosts=3, vms=6)
-    try:
-        yield lab
-    finally:
-        stop_and_check(directory)
 
 
 def domains(lab: Lab) -> dict[str, list[tuple[str, bool, int]]]:

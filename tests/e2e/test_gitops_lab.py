@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -18,28 +17,20 @@ from reconciler.adapters.lab import Lab
 from tests.e2e.test_apply_cli import assert_sound, reconciler
 from tests.forges.servers import TOKEN, GitHubServer, serving
 from tests.gitrepos import git, state_remote
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("libvirt")
 
 
-@pytest.fixture
-def lab3(tmp_path: Path) -> Iterator[Lab]:
-    directory = tmp_path / "lab"
-    lab = start_lab_or_skip(directory, hosts=3, vms=6)
-    try:
-        yield lab
-    finally:
-        stop_and_check(directory)
-
-
 def test_propose_merge_apply_history_on_a_real_lab(
-    lab3: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    own_lab: Lab,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder = tmp_path / "folder"
-    shutil.copytree(lab3.cluster_dir, folder)
-    before = assert_sound(lab3)
+    shutil.copytree(own_lab.cluster_dir, folder)
+    before = assert_sound(own_lab)
     # Desired state as a team keeps it: every VM listed where it runs, a tight threshold, so
     # the proposal is a balance that changes placement.yaml (drift reverts change nothing).
     placement = folder / "placement.yaml"
@@ -59,7 +50,7 @@ def test_propose_merge_apply_history_on_a_real_lab(
         assert code == 2, out + err
         (pr,) = server.prs.values()
         branch = pr["head"]["ref"]
-        assert assert_sound(lab3) == before, "proposing moves nothing"
+        assert assert_sound(own_lab) == before, "proposing moves nothing"
 
         # The person reviews and merges the pull request.
         git(person, "fetch", "-q")
@@ -70,7 +61,7 @@ def test_propose_merge_apply_history_on_a_real_lab(
         code, out, err = reconciler(capsys, "apply", *common, "--yes", "--actor", "ops-bot")
         assert code == 0, out + err
         assert "recorded as" in out
-        after = assert_sound(lab3)
+        after = assert_sound(own_lab)
         moved = {vm: host for vm, host in after.items() if before[vm] != host}
         assert moved, "the merged placement moved VMs"
 
@@ -93,4 +84,4 @@ def test_propose_merge_apply_history_on_a_real_lab(
         assert "nothing to propose" in out
     git(person, "fetch", "-q", "--prune")
     assert f"origin/{branch}" not in git(person, "branch", "-r")
-    assert assert_sound(lab3) == after
+    assert assert_sound(own_lab) == after

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,22 +20,11 @@ import pytest
 from reconciler.adapters.lab import Lab
 from reconciler.adapters.yaml_edit import write_placement
 from tests.e2e.test_apply_cli import assert_sound, domains
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("libvirt")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def lab3(tmp_path: Path) -> Iterator[Lab]:
-    directory = tmp_path / "lab"
-    lab = start_lab_or_skip(directory, hosts=3, vms=6)
-    try:
-        yield lab
-    finally:
-        stop_and_check(directory)
 
 
 def running_on(lab: Lab, vm: str) -> list[str]:
@@ -104,9 +93,9 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
 
 
 def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
-    lab3: Lab, tmp_path: Path
+    own_lab: Lab, tmp_path: Path
 ) -> None:
-    folder, state, log = lab3.cluster_dir, tmp_path / "state", tmp_path / "run.log"
+    folder, state, log = own_lab.cluster_dir, tmp_path / "state", tmp_path / "run.log"
     policy = folder / "policy.yaml"
     text = re.sub(r"(?m)^  mode: \w+", "  mode: apply", policy.read_text())
     text = re.sub(r"(?ms)^  windows:.*?(?=^  \w|\Z)", "", text)  # always, not in a window
@@ -154,13 +143,13 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
             "reconciler_host_last_observed_timestamp_seconds",
         ):
             assert metric(first_port, name) is not None, name
-        where = assert_sound(lab3)
+        where = assert_sound(own_lab)
         # A placement edit is acted on within seconds, not at the next interval.
         vm, host = sorted(where.items())[0]
-        target = next(h.name for h in lab3.hosts if h.name != host)
+        target = next(h.name for h in own_lab.hosts if h.name != host)
         write_placement(folder / "placement.yaml", {vm: target})
         took = wait_until(
-            f"{vm} moved to {target}", lambda: running_on(lab3, vm) == [target], 60, log
+            f"{vm} moved to {target}", lambda: running_on(own_lab, vm) == [target], 60, log
         )
         assert took < 30
         # A second instance stands by, and takes over when the first is killed.
@@ -178,4 +167,4 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert_sound(lab3)
+    assert_sound(own_lab)
