@@ -15,6 +15,7 @@ from reconciler.model.status import MoveOutcome
 from reconciler.report import plan_table
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress, TaskID
 
     from reconciler.engine.execute import Event
@@ -24,9 +25,13 @@ if TYPE_CHECKING:
 
 
 class View:
-    def __init__(self, *, json_output: bool, placement: dict[str, str]) -> None:
+    def __init__(
+        self, *, json_output: bool, placement: dict[str, str], console: Console | None = None
+    ) -> None:
         self.json = json_output
-        self.tty = sys.stderr.isatty() and not json_output
+        self.console = console  # rich's own (stderr) unless given
+        terminal = console.is_terminal if console is not None else sys.stderr.isatty()
+        self.tty = terminal and not json_output
         self.progress: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
         self.placement = placement
@@ -55,6 +60,7 @@ class View:
                 TransferSpeedColumn(),
                 TimeElapsedColumn(),
                 transient=False,
+                console=self.console,
             )
             self.progress.start()
         return self.progress
