@@ -92,16 +92,23 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
     return proc.wait(timeout=120)
 
 
+def mode_apply(folder: Path, **spec: str) -> None:
+    """The lab's policy with mode apply, no windows (always), and these spec lines replaced."""
+    policy = folder / "policy.yaml"
+    text = re.sub(r"(?m)^  mode: \w+", "  mode: apply", policy.read_text())
+    text = re.sub(r"(?ms)^  windows:.*?(?=^  \w|\Z)", "", text)  # always, not in a window
+    for key, value in spec.items():
+        text = re.sub(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
+    assert "mode: apply" in text
+    assert "windows" not in text
+    policy.write_text(text)
+
+
 def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
     own_lab: Lab, tmp_path: Path
 ) -> None:
     folder, state, log = own_lab.cluster_dir, tmp_path / "state", tmp_path / "run.log"
-    policy = folder / "policy.yaml"
-    text = re.sub(r"(?m)^  mode: \w+", "  mode: apply", policy.read_text())
-    text = re.sub(r"(?ms)^  windows:.*?(?=^  \w|\Z)", "", text)  # always, not in a window
-    assert "mode: apply" in text
-    assert "windows" not in text
-    policy.write_text(text)
+    mode_apply(folder)
     first_port, second_port = free_port(), free_port()
     first = start(folder, state, first_port, log)
     second: subprocess.Popen[bytes] | None = None
@@ -168,3 +175,24 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
                 proc.kill()
                 proc.wait()
     assert_sound(own_lab)
+
+
+def test_sigterm_mid_migration_lets_it_finish_and_every_vm_runs_once(
+    own_lab: Lab, tmp_path: Path
+) -> None:
+    folder, state, log = own_lab.cluster_dir, tmp_path / "state", tmp_path / "run.log"
+    mode_apply(folder, parallel="{cluster: 1}")
+    proc = start(folder, state, free_port(), log)
+    try:
+        wait_until("a migration starts", lambda: "migrating " in log.read_text(), 90, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_sound(own_lab)
+    text = log.read_text()
+    started = text.count("migrating ")
+    ended = len(re.findall(r"\b(succeeded|failed|aborted) \S+: ", text))
+    assert started == ended, "every migration that started was let finish and recorded"
