@@ -92,6 +92,8 @@ _REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
     VmRunState.NOSTATE: ("unknown",),
 }
 MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
+_STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
+"""By libvirt's numeric code (``VmRunState.from_code`` without listing the enum per VM)."""
 
 _STATS: Final = (
     libvirt.VIR_DOMAIN_STATS_STATE
@@ -320,6 +322,7 @@ def _parse_vm(
     facts = domain_facts(domain)
     meta = parse_metadata_element(domain)
     blockers += migration_blockers(domain, shared_paths=shared_paths)
+    passthrough = passthrough_cpu_mode(domain)
     return _Vm(
         name=name,
         uuid=uuid,
@@ -331,7 +334,7 @@ def _parse_vm(
         labels=meta.labels,
         reconciler=meta.state,
         blockers=blockers,
-        passthrough=passthrough_cpu_mode(domain),
+        passthrough=passthrough,
     )
 
 
@@ -368,7 +371,10 @@ def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | Non
 
 def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> VmState:
     stats = vm.stats
-    state = VmRunState.from_code(stats.get("state.state", 0))
+    code = stats.get("state.state", 0)
+    state = (
+        _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
+    )
     reasons = _REASONS[state]
     reason_code = stats.get("state.reason", 0)
     reason = (
