@@ -24,6 +24,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from reconciler.model.snapshot import Unmigratable, UnmigratableReason
 
@@ -40,30 +41,33 @@ class DomainFacts:
     memory_current: int
 
 
+_UNITS: Final = {
+    "b": 1,
+    "bytes": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
+"""Bytes per unit of libvirt's memory sizes, by lower-case unit."""
+
+
 def _kib(element: ET.Element | None) -> int | None:
     if element is None or element.text is None:
         return None
-    units = {
-        "b": 1,
-        "bytes": 1,
-        "k": 1024,
-        "kib": 1024,
-        "kb": 1000,
-        "m": 1024**2,
-        "mib": 1024**2,
-        "mb": 1000**2,
-        "g": 1024**3,
-        "gib": 1024**3,
-        "gb": 1000**3,
-        "t": 1024**4,
-        "tib": 1024**4,
-        "tb": 1000**4,
-    }
     try:
         value = int(element.text.strip())
     except ValueError:
         return None
-    return value * units.get(element.get("unit", "KiB").lower(), 1024)
+    return value * _UNITS.get(element.get("unit", "KiB").lower(), 1024)
 
 
 def domain_facts(domain: ET.Element) -> DomainFacts:
