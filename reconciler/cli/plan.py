@@ -99,5 +99,5 @@ def run(args: argparse.Namespace) -> int:
                 f"(imbalance streak {streaks or 'none'})",
                 file=sys.stderr,
             )
-    changed = result.has_changes or plan_patch.plan_patch_ops(desired.placement, result)
+    changed = result.has_changes or plan_patch.placement_changes(desired.placement, result)
     return EXIT_CHANGES if changed else EXIT_OK

@@ -45,6 +45,15 @@ def plan_patch_ops(placement: Placement, plan: Plan) -> list[dict[str, Any]]:
     return ops
 
 
+def placement_changes(placement: Placement, plan: Plan) -> bool:
+    """Whether ``plan_patch_ops`` would be non-empty, without diffing the documents.
+
+    Only ``spec.vms`` differs between the two documents, and both sides are flat name-to-host
+    maps, so plain map equality decides it (jsonpatch took a tenth of a second at 27,000 VMs).
+    """
+    return placement.spec.vms != plan.placement
+
+
 def plan_patch(placement: Placement, plan: Plan) -> str:
     """The patch as indented JSON text, ending with a newline."""
     return json.dumps(plan_patch_ops(placement, plan), indent=2, ensure_ascii=False) + "\n"

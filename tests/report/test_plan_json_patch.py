@@ -3,9 +3,16 @@ from __future__ import annotations
 import json
 
 import jsonpatch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reconciler.report.plan_json import plan_json
-from reconciler.report.plan_patch import placement_document, plan_patch, plan_patch_ops
+from reconciler.report.plan_patch import (
+    placement_changes,
+    placement_document,
+    plan_patch,
+    plan_patch_ops,
+)
 from tests.report.plans import busy_plan, empty_plan, placement
 
 
@@ -56,3 +63,16 @@ def test_patch_applies_to_every_form_of_an_empty_placement_as_written() -> None:
         written = yaml.safe_load(header + spec)
         result = jsonpatch.apply_patch(written, ops)
         assert result["spec"]["vms"] == plan.placement, spec
+
+
+_maps = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["h1", "h2", "h3"]))
+
+
+@given(current=_maps, proposed=_maps)
+def test_placement_changes_says_whether_the_patch_has_operations(
+    current: dict[str, str], proposed: dict[str, str]
+) -> None:
+    plan = empty_plan().model_copy(update={"placement": proposed})
+    assert placement_changes(placement(current), plan) == bool(
+        plan_patch_ops(placement(current), plan)
+    )
