@@ -123,3 +123,17 @@ def test_the_command_set_is_the_documented_one() -> None:
     readme = (SCHEMAS.parent / "README.md").read_text()
     for command in commands:
         assert f"`{command}" in readme, f"README does not document {command}"
+
+
+def test_each_command_alone_parses_as_in_the_whole_parser() -> None:
+    from reconciler.cli import MODULE_OF
+
+    whole = build_parser()
+    sub = next(a for a in whole._actions if a.dest == "command")
+    assert set(MODULE_OF) == set(sub.choices)  # type: ignore[arg-type]
+    for word, module in MODULE_OF.items():
+        alone = build_parser(module)
+        lone_sub = next(a for a in alone._actions if a.dest == "command")
+        assert word in lone_sub.choices, word  # type: ignore[operator]
+        help_alone = lone_sub.choices[word].format_help()  # type: ignore[index]
+        assert help_alone == sub.choices[word].format_help(), word  # type: ignore[index]
