@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
+from functools import cached_property
 
 from reconciler.model.rules import Selector
 
@@ -30,15 +31,37 @@ class Index:
     """
 
     def __init__(self, items: Sequence[tuple[int, str, Mapping[str, str]]]) -> None:
-        self._by_name: dict[str, list[int]] = {}
-        self._by_label: dict[tuple[str, str], set[int]] = {}
-        for i, name, labels in items:
-            self._by_name.setdefault(name, []).append(i)
-            for kv in labels.items():
-                self._by_label.setdefault(kv, set()).add(i)
-        self._names = sorted(self._by_name)
-        self._all = frozenset(i for i, _, _ in items)
+        # Each table is built on its first use: a rule set that selects VMs by label alone
+        # never pays for sorting 27,000 names, and one by name never for the label sets.
+        self._items = items
         self._globs: dict[str, frozenset[int]] = {}
+
+    @cached_property
+    def _by_name(self) -> dict[str, list[int]]:
+        by_name: dict[str, list[int]] = {}
+        for i, name, _ in self._items:
+            by_name.setdefault(name, []).append(i)
+        return by_name
+
+    @cached_property
+    def _by_label(self) -> dict[tuple[str, str], set[int]]:
+        by_label: dict[tuple[str, str], set[int]] = {}
+        for i, _, labels in self._items:
+            for kv in labels.items():
+                having = by_label.get(kv)
+                if having is None:
+                    by_label[kv] = {i}
+                else:
+                    having.add(i)
+        return by_label
+
+    @cached_property
+    def _names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    @cached_property
+    def _all(self) -> frozenset[int]:
+        return frozenset(i for i, _, _ in self._items)
 
     def _glob(self, pattern: str) -> frozenset[int]:
         cached = self._globs.get(pattern)
