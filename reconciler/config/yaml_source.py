@@ -118,6 +118,7 @@ class _Builder:
 
     def mapping(self, node: MappingNode, path: DocPath) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        shallow = len(path) < MAX_DEPTH  # a child's path is within the depth build() allows
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
                 raise self.fail(
@@ -137,8 +138,19 @@ class _Builder:
                     f"duplicate key {key!r} (first on line {first_line})",
                     "keep one of the two; YAML would silently use the last",
                 )
-            self.keys[(*path, key)] = _mark(key_node)
-            out[key] = self.build(value_node, (*path, key))
+            child = (*path, key)
+            self.keys[child] = _mark(key_node)
+            if type(value_node) is ScalarNode and value_node.tag == _STR_TAG and shallow:
+                # inline build() for a plain string: a Placement has tens of thousands
+                self.budget -= 1
+                if self.budget < 0:
+                    self.budget += 1
+                    out[key] = self.build(value_node, child)  # raises where build() does
+                    continue
+                self.values[child] = _mark(value_node)
+                self.raw[child] = out[key] = value_node.value
+            else:
+                out[key] = self.build(value_node, child)
         return out
 
     def scalar(self, node: ScalarNode) -> Any:
