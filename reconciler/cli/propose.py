@@ -105,7 +105,7 @@ def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | Non
     """The placement file after the plan, minimally edited; None when nothing changes."""
     from reconciler.adapters import yaml_edit  # ruamel.yaml: only when a proposal is written
 
-    if not plan_patch.plan_patch_ops(desired.placement, plan):
+    if not plan_patch.placement_changes(desired.placement, plan):
         return None
     current = desired.placement.spec.vms
     changes = {vm: host for vm, host in plan.placement.items() if current.get(vm) != host}
