@@ -111,21 +111,22 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not positive")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
