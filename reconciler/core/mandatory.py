@@ -67,6 +67,9 @@ class _Planner:
         """VMs with a relocation or drift problem reported: one reason per VM."""
         self.units = 0
         self.placement: Mapping[str, str] = {}
+        self.resolved: (
+            tuple[Mapping[str, str], list[tuple[str, str, int | None, int | None]]] | None
+        ) = None
 
     def name(self, v: int) -> str:
         return self.model.vms[v].name
@@ -261,9 +264,20 @@ class _Planner:
 
     def drift(self, placement: Mapping[str, str], mode: Drift) -> None:
         pending: list[tuple[int, int, str]] = []
-        for vm_name, host_name in sorted(placement.items()):
-            t = self.model.host_index.get(host_name)
-            v = self.model.vm_index.get(vm_name)
+        if self.resolved is None or self.resolved[0] is not placement:
+            # Every round reads the same placement: look its names up once.
+            vm_index, host_index = self.model.vm_index, self.model.host_index
+            self.resolved = (
+                placement,
+                [
+                    (vm_name, host_name, vm_index.get(vm_name), host_index.get(host_name))
+                    for vm_name, host_name in sorted(placement.items())
+                ],
+            )
+        host_of = self.state.host_of
+        for vm_name, host_name, v, t in self.resolved[1]:
+            if v is not None and host_of[v] == t:
+                continue
             if t is None:
                 if self.report:
                     self.out.problems.append(

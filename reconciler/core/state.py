@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from reconciler.core.capacity import (
     HostInfo,
@@ -188,7 +189,7 @@ def build(
     vms: list[VmInfo] = []
     observed_host: list[int] = []
     vm_index: dict[str, int] = {}
-    for vm in sorted(snapshot.vms, key=lambda v: (v.name, v.host)):
+    for vm in sorted(snapshot.vms, key=attrgetter("name", "host")):
         h = host_index.get(vm.host)
         if h is None or not hosts[h].known:
             continue

@@ -41,6 +41,13 @@ def balance_hold(
 ) -> str | None:
     """Why ``vm`` may not move for balance at ``now`` (cooldown, minUptime), or None."""
     record = vm.reconciler
+    if (
+        record.last_moved_at is None
+        and record.last_failure is None
+        and vm.uptime is not None
+        and vm.uptime >= spec.min_uptime.total_seconds()
+    ):
+        return None  # the common case, decided without date arithmetic
     if record.last_moved_at is not None and now - record.last_moved_at < spec.cooldown:
         return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
     failure = record.last_failure
