@@ -6,18 +6,27 @@ manager, only runs ``git`` commands through it, and closes it: a daemon's descri
 child processes stay flat (``tests/adapters/test_git_repo.py`` counts them).
 
 Commits are made with plumbing (a private index, ``commit-tree``), never in the work tree,
-so reading a checkout and writing a proposal do not disturb each other. Pushes are a
+so reading a checkout and writing a proposal do not disturb each other. Several processes
+may share one cache (a ``run`` service and a person's ``plan --repo``): what changes the clone
+(clone, fetch, push, new objects) holds an ``flock`` on ``<clone>.lock``, and a checkout is a
+tree of its own per commit (``<clone>.trees/<commit>``), written once and then only read, so
+a reader never sees another process's commit. Pushes are a
 compare-and-swap (``--force-with-lease=<ref>:<expected>``); losing it raises PushRejected.
 Every message that could carry the URL is scrubbed of ``user:token@``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import os
 import re
 import shutil
+import tarfile
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -53,6 +62,12 @@ def normalized_url(url: str) -> str:
 def clone_dir(url: str, cache_dir: Path | None) -> Path:
     digest = hashlib.sha256(normalized_url(url).encode()).hexdigest()[:16]
     return (cache_dir or default_cache_dir()) / digest
+
+
+KEEP_TREES = 3
+"""Checked-out trees kept however old: the newest by last use."""
+TREE_MAX_IDLE = 24 * 3600.0
+"""Seconds after its last use when an older tree is removed."""
 
 
 def _env() -> dict[str, str]:
@@ -94,13 +109,34 @@ class GitStateRepo:
         self.display_url = scrub(url)
         self.path = clone_dir(url, cache_dir)
         self.author = author
+        self._thread_lock = threading.RLock()
+        self._lock_fd: int | None = None
 
     # --- plumbing ----------------------------------------------------------------------
 
     @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive use of the clone among the processes sharing the cache (re-entrant)."""
+        with self._thread_lock:
+            if self._lock_fd is not None:  # held already, further up this call
+                yield
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = self.path.parent / f"{self.path.name}.lock"
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(self._lock_fd)  # closing releases the lock
+                self._lock_fd = None
+
+    @contextmanager
     def _repo(self) -> Iterator[git.Repo]:
         if not (self.path / ".git").is_dir():
-            self._clone()
+            with self._locked():
+                if not (self.path / ".git").is_dir():  # another process may have cloned it
+                    self._clone()
         try:
             repo = git.Repo(self.path)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError) as err:
@@ -153,9 +189,10 @@ class GitStateRepo:
         A remote that does not answer is transient (RemoteUnreachable): the next round retries.
         """
         try:
-            self._git(
-                "fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*"
-            )
+            with self._locked():
+                self._git(
+                    "fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*"
+                )
         except GitError as err:
             raise RemoteUnreachable(err.message, hint="the next round fetches again") from None
 
@@ -186,10 +223,53 @@ class GitStateRepo:
         return self._git("rev-list", "--parents", "-n", "1", commit).split()[1:]
 
     def checkout(self, commit: str) -> Path:
-        """The work tree at ``commit`` (detached, cleaned): read it, never write it."""
-        self._git("checkout", "--force", "--detach", commit)
-        self._git("clean", "-ffdx")
-        return self.path
+        """The files of ``commit`` in a folder of their own: read it, never write it.
+
+        The folder stays as it is while other processes check out other commits; trees not
+        used for a day are removed, the newest few kept.
+        """
+        sha = self._git("rev-parse", "--verify", f"{commit}^{{commit}}").strip()
+        trees = self.path.parent / f"{self.path.name}.trees"
+        tree = trees / sha
+        with self._locked():
+            if not tree.is_dir():
+                self._export(sha, trees, tree)
+            os.utime(tree)  # its last use, for pruning
+            self._prune(trees, keep=tree)
+        return tree
+
+    def _export(self, sha: str, trees: Path, tree: Path) -> None:
+        trees.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tree-", dir=trees))
+        try:
+            with self._repo() as repo:
+                data = io.BytesIO()
+                try:
+                    repo.archive(data, sha, format="tar")
+                except git.GitCommandError as err:
+                    raise GitError(f"cannot read commit {sha[:12]}: {_message(err)}") from None
+            data.seek(0)
+            with tarfile.open(fileobj=data) as tar:
+                tar.extractall(tmp, filter="data")  # refuses links and paths out of the tree
+            tmp.rename(tree)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def _prune(trees: Path, keep: Path) -> None:
+        now = time.time()
+        entries = []
+        for e in trees.iterdir():
+            if e.name.startswith("."):  # an export cut short by a crash
+                if now - e.stat().st_mtime > TREE_MAX_IDLE:
+                    shutil.rmtree(e, ignore_errors=True)
+            elif e.is_dir():
+                entries.append(e)
+        entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+        for old in entries[KEEP_TREES:]:
+            if old != keep and now - old.stat().st_mtime > TREE_MAX_IDLE:
+                shutil.rmtree(old, ignore_errors=True)
 
     def show(self, commit: str, path: str) -> str | None:
         """The text of ``path`` at ``commit``, or None when it does not exist there."""
@@ -284,6 +364,12 @@ class GitStateRepo:
         ref = f"refs/heads/{branch}"
         lease = f"--force-with-lease={ref}:{expected or ''}"
         spec = f"{commit}:{ref}" if commit else f":{ref}"
+        with self._locked():
+            self._push(branch, commit, expected, lease, spec)
+
+    def _push(
+        self, branch: str, commit: str | None, expected: str | None, lease: str, spec: str
+    ) -> None:
         with self._repo() as repo:
             try:
                 repo.git.execute(["git", "push", "--porcelain", lease, "origin", spec], env=_env())

@@ -292,9 +292,11 @@ class StateCheckout:
     branch: str
     commit: str
     folder: Path
-    """The cluster folder in the clone's work tree (read it, never write it)."""
+    """The cluster folder in the files of ``commit`` (read it, never write it)."""
     path: str
     """The cluster folder relative to the repository root."""
+    root: Path
+    """The files of ``commit`` (read them, never write them)."""
 
 
 def checkout_state(args: argparse.Namespace) -> StateCheckout:
@@ -324,7 +326,7 @@ def checkout_state(args: argparse.Namespace) -> StateCheckout:
             f"{repo.display_url} has no folder {rel} at {branch} ({commit[:12]})",
             hint="pass the cluster folder inside the repository as PATH",
         )
-    return StateCheckout(repo, branch, commit, folder, str(rel))
+    return StateCheckout(repo, branch, commit, folder, str(rel), tree)
 
 
 def load_desired(args: argparse.Namespace) -> DesiredState:

@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         base=checkout.branch,
         source=checkout.commit,
         plan_id=plan.plan_id,
-        placement_path=str(path.relative_to(checkout.repo.path)),
+        placement_path=str(path.relative_to(checkout.root)),
         placement_text=edited_placement(desired, plan, path),
         title=f"Placement of cluster {cluster}: {len(plan.moves) + len(plan.deferred)} move(s)",
         body=plan_markdown.pr_body(plan, desired.placement, source=checkout.commit, limit=limit),

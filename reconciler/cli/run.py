@@ -106,7 +106,7 @@ def _lease(args: argparse.Namespace, cluster: str, state_dir: Path) -> CheckedLe
 
 def _round(
     args: argparse.Namespace,
-    folder: Path,
+    folder: list[Path],
     metrics: Metrics,
     keeper: LeaseKeeper,
     stop: threading.Event,
@@ -117,8 +117,8 @@ def _round(
     from reconciler.engine.round import run_round
 
     def run_one(trigger: str, act: bool) -> ReconcileStatus:
-        desired = config.load_desired(folder)
-        ports = apply.build_ports(argparse.Namespace(**{**vars(args), "path": folder}), desired)
+        desired = config.load_desired(folder[0])
+        ports = apply.build_ports(argparse.Namespace(**{**vars(args), "path": folder[0]}), desired)
         report = run_round(
             desired,
             ports,
@@ -152,11 +152,11 @@ def run(args: argparse.Namespace) -> int:
     if args.repo:
         checkout = checkout_state(args)  # fetched and checked out at the branch head
         revision[0] = checkout.commit
-        folder = checkout.folder
+        folder = [checkout.folder]  # each commit's files have a folder of their own
     else:
         checkout = None
-        folder = cluster_folder(args.path)
-    cluster = config.load_desired(folder).cluster.metadata.name
+        folder = [cluster_folder(args.path)]
+    cluster = config.load_desired(folder[0]).cluster.metadata.name
     metrics = Metrics(cluster)
     stop, abort = threading.Event(), threading.Event()
     wakeup = triggers.Wakeup()
@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def refresh() -> None:
-        revision[0] = checkout_state(args).commit
+        fresh = checkout_state(args)
+        revision[0], folder[0] = fresh.commit, fresh.folder
 
     def propose() -> None:
         # the propose command's own round: plan on a fresh observation, push, open or update
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     loop = Loop(
         cluster=cluster,
         run_round=_round(args, folder, metrics, keeper, stop, abort, revision),
-        load_policy=lambda: config.load_desired(folder).policy,
+        load_policy=lambda: config.load_desired(folder[0]).policy,
         clock=apply.SystemClock(),
         metrics=metrics,
         wakeup=wakeup,
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             lambda: checkout.repo.remote_head(args.branch), wakeup, every=args.poll
         )
         if checkout is not None
-        else triggers.FolderWatcher(folder, wakeup)
+        else triggers.FolderWatcher(folder[0], wakeup)
     )
     handler = _Signals(loop, abort)
     old = {s: signal.signal(s, handler.handle) for s in (signal.SIGINT, signal.SIGTERM)}

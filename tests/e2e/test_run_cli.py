@@ -159,3 +159,76 @@ def test_a_standby_takes_over_when_the_active_instance_is_killed(
         one.close()
         if two is not None:
             two.close()
+
+
+def test_run_from_a_repository_reads_each_new_commit(
+    cluster: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from tests.gitrepos import git, state_remote
+
+    folder, state = cluster
+    url, person = state_remote(tmp_path, folder)
+    port = _port()
+    log = (tmp_path / "repo.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "run",
+            "--repo",
+            url,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--poll",
+            "1",
+            "--state-dir",
+            str(state),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stderr=log,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+    def health() -> httpx.Response | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        except httpx.TransportError:
+            return None
+
+    def revision() -> str | None:
+        try:
+            status = json.loads((state / "live" / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+        found = status.get("observedRevision")
+        return found if isinstance(found, str) else None
+
+    try:
+        first = git(person, "rev-parse", "HEAD").strip()
+        wait_for(lambda: revision() == first, timeout=30)
+        # a person's commit breaks the policy: the next round reads that commit's files
+        policy = person / "cluster-state" / "policy.yaml"
+        policy.write_text(POLICY.replace("mode: observe", "mode: aply"))
+        git(person, "commit", "-qam", "a typo")
+        git(person, "push", "-q", "origin", "main")
+        wait_for(lambda: (r := health()) is not None and r.status_code == 503, timeout=30)
+        r = health()
+        assert r is not None
+        assert "aply" in r.json()["message"]
+        # and the fix in the commit after it
+        policy.write_text(POLICY)
+        git(person, "commit", "-qam", "the fix")
+        git(person, "push", "-q", "origin", "main")
+        fixed = git(person, "rev-parse", "HEAD").strip()
+        wait_for(lambda: revision() == fixed, timeout=30)
+        wait_for(lambda: (r := health()) is not None and r.status_code == 200, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        log.close()
