@@ -267,6 +267,50 @@ def check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: st
 DEFAULT_REPO_FOLDER = "cluster-state"
 
 
+FORGES = ("github", "gitea", "gitlab")
+
+
+def add_forge_arguments(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    default: str,
+    what: str,
+    push_only: bool,
+) -> None:
+    """--forge, --forge-url and --forge-project. ``push_only`` adds ``--forge none``: push the
+    branch, open nothing. The token is read from $RECONCILER_FORGE_TOKEN, never from a flag."""
+    p.add_argument(
+        "--forge",
+        choices=(*FORGES, "none") if push_only else FORGES,
+        default=default,
+        help=f"where the {what} live (default: {default}"
+        + (": only the branch reconciler/<cluster> is pushed" if default == "none" else "")
+        + "); the token is read from $RECONCILER_FORGE_TOKEN",
+    )
+    p.add_argument(
+        "--forge-url",
+        metavar="API",
+        help="API root: https://api.github.com (default for github), https://HOST/api/v3 "
+        "(GitHub Enterprise), https://HOST/api/v1 (Gitea, Forgejo), https://HOST/api/v4 "
+        "(GitLab; default https://gitlab.com/api/v4)",
+    )
+    p.add_argument(
+        "--forge-project",
+        metavar="OWNER/NAME",
+        help="the repository on the forge (default: the last two parts of --repo)",
+    )
+
+
+def add_now_argument(p: argparse.ArgumentParser, what: str, *, decides: str = "") -> None:
+    p.add_argument(
+        "--now",
+        type=aware_datetime,
+        metavar="ISO8601",
+        help=f"the time to {what} at, with a time zone (default: now, UTC)"
+        + (f"; decides {decides}" if decides else ""),
+    )
+
+
 def add_repo_arguments(p: argparse.ArgumentParser) -> None:
     """--repo, --branch, --cache-dir: read the desired state from a git repository."""
     p.add_argument(

@@ -9,12 +9,12 @@ from reconciler.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
     Subparsers,
+    add_now_argument,
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
-    aware_datetime,
     history_for,
     label,
     load_desired,
@@ -67,12 +67,7 @@ def register(sub: Subparsers) -> None:
     add_state_dir_argument(p)
     add_observe_overrides(p)
     p.add_argument("--format", choices=PLACE_FORMATS, default="table")
-    p.add_argument(
-        "--now",
-        type=aware_datetime,
-        metavar="ISO8601",
-        help="the time to place at, with a time zone (default: now, UTC)",
-    )
+    add_now_argument(p, "place")
     usage_errors_exit_1(p)
     add_repo_arguments(p)
     p.set_defaults(handler=run)

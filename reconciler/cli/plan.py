@@ -11,12 +11,12 @@ from reconciler.cli.common import (
     EXIT_CHANGES,
     EXIT_OK,
     Subparsers,
+    add_now_argument,
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
-    aware_datetime,
     history_for,
     load_desired,
     snapshot_for,
@@ -67,12 +67,7 @@ def register(sub: Subparsers) -> None:
         help="table for people (default), json: the whole plan, patch: an RFC 6902 JSON Patch "
         "of the Placement document, markdown: for a pull-request comment",
     )
-    p.add_argument(
-        "--now",
-        type=aware_datetime,
-        metavar="ISO8601",
-        help="the time to plan at, with a time zone (default: now, UTC); decides cooldowns",
-    )
+    add_now_argument(p, "plan", decides="cooldowns and minUptime")
     usage_errors_exit_1(p)
     add_repo_arguments(p)
     p.set_defaults(handler=run)

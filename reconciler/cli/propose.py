@@ -14,12 +14,13 @@ from reconciler.cli.common import (
     EXIT_PARTIAL,
     StateCheckout,
     Subparsers,
+    add_forge_arguments,
+    add_now_argument,
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
-    aware_datetime,
     history_for,
     load_desired,
     snapshot_for,
@@ -58,28 +59,11 @@ def register(sub: Subparsers) -> None:
     )
     add_path_argument(p)
     add_repo_arguments(p)
-    p.add_argument(
-        "--forge",
-        choices=("github", "gitea", "gitlab", "none"),
-        default="github",
-        help="where pull requests live (default: github)",
-    )
-    p.add_argument(
-        "--forge-url",
-        metavar="API",
-        help="API root: https://api.github.com (default for github), https://HOST/api/v3 "
-        "(GitHub Enterprise), https://HOST/api/v1 (Gitea, Forgejo), https://HOST/api/v4 "
-        "(GitLab; default https://gitlab.com/api/v4)",
-    )
-    p.add_argument(
-        "--forge-project",
-        metavar="OWNER/NAME",
-        help="the repository on the forge (default: the last two parts of --repo)",
-    )
+    add_forge_arguments(p, default="github", what="pull requests", push_only=True)
     add_snapshot_argument(p)
     add_state_dir_argument(p)
     add_observe_overrides(p)
-    p.add_argument("--now", type=aware_datetime, metavar="ISO8601", help="plan at this time")
+    add_now_argument(p, "plan", decides="cooldowns and minUptime")
     usage_errors_exit_1(p)
     p.set_defaults(handler=run)
 

@@ -19,6 +19,7 @@ from reconciler import config
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
+    add_forge_arguments,
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
@@ -49,16 +50,9 @@ def register(sub: Subparsers) -> None:
     )
     add_path_argument(p)
     add_repo_arguments(p)
-    p.add_argument(
-        "--forge",
-        choices=("github", "gitea", "gitlab", "none"),
-        default="none",
-        help="with --repo in mode propose: where the rolling pull request lives (default: none, "
-        "only the branch reconciler/<cluster> is pushed); the token is read from "
-        "$RECONCILER_FORGE_TOKEN",
+    add_forge_arguments(
+        p, default="none", what="pull requests (mode propose, with --repo)", push_only=True
     )
-    p.add_argument("--forge-url", metavar="API", help="the forge's API root (see propose)")
-    p.add_argument("--forge-project", metavar="OWNER/NAME", help="the repository on the forge")
     p.add_argument(
         "--poll",
         type=positive_float,

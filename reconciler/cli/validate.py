@@ -13,6 +13,7 @@ from reconciler.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     Subparsers,
+    add_forge_arguments,
     add_repo_arguments,
     checkout_state,
 )
@@ -48,9 +49,7 @@ def register(sub: Subparsers) -> None:
         "commit status", "post the result on a commit of a forge (token in $RECONCILER_FORGE_TOKEN)"
     )
     status.add_argument("--post-status", metavar="SHA", help="the commit to post the result on")
-    status.add_argument("--forge", choices=("github", "gitea", "gitlab"), default="github")
-    status.add_argument("--forge-url", metavar="API", help="the forge's API root")
-    status.add_argument("--forge-project", metavar="OWNER/NAME", help="the repository")
+    add_forge_arguments(status, default="github", what="commit statuses", push_only=False)
     status.add_argument("--status-url", metavar="URL", help="where the status links to")
     p.set_defaults(handler=_run_validate)
 
