@@ -1,27 +1,42 @@
-"""Joint repair and balance, solved exactly on small architectures (MILP, HiGHS via scipy).
+"""Joint repair and balance, solved exactly on small scopes (MILP, HiGHS via scipy).
 
-For an architecture of at most ``EXACT_HOSTS`` hosts and ``EXACT_VMS`` VMs, the fewest moves
-(then the least memory moved) that reach a final state where
+A *scope* is one architecture, or several that required anti-affinity groups over a
+``topologyKey`` couple: a group whose members run on two architectures whose hosts share
+topology values (a rack holding x86_64 and aarch64 hosts) limits both plans at once, so they
+are solved together (:func:`scopes`). Groups over hosts never couple: a host has one
+architecture.
 
-- every VM is on a known host out of maintenance of its architecture, permitted by its
+For a scope of at most ``EXACT_HOSTS`` hosts and ``EXACT_VMS`` VMs, the fewest moves (then
+the least memory moved) that reach a final state where
+
+- every VM is on a known host out of maintenance of its own architecture, permitted by its
   required host rules and not newly breaking a preferred one; VMs that may not move (in
   flight, excluded, unmigratable, cooling down or young unless a mandatory rule needs them to
   move) stay; a drifted VM under ``drift: revert`` is back on its placement host;
 - every host keeps its guests' memory, vCPUs (with cpuOvercommit) and utilisation within
-  usable capacity and ``hostLimit``;
-- every required antiAffinity holds (one member per host or topology value);
-- the score spread is within ``target`` (the threshold, or what the heuristic reached).
+  usable capacity (after reserves) and ``hostLimit``;
+- every required antiAffinity holds (one member per host or topology value), counted over all
+  its members, whatever their architecture;
+- each architecture's score spread is within its own target (the threshold, or what the
+  heuristic reached): ``lo[a] <= score[h] <= hi[a]`` for its hosts, ``hi[a] - lo[a] <=
+  target[a]``.
 
 Objective: moves, then memory moved (less than one move in all), plus ``PREFERRED_COST`` per
-VM on a host one of its preferred host rules does not permit.
+VM on a host one of its preferred host rules does not permit. ``maxOutbound``/``maxInbound``
+and disruption budgets limit how many moves run at once, not where VMs end: the waves keep
+them (:mod:`reconciler.core.waves`), so they are not constraints of the final placement.
 
-Binary ``x[v,h]`` per movable VM and allowed host; ``lo <= score[h] <= hi``, ``hi - lo <=
-target``. The solver gets a node limit (deterministic) and a time limit (a safety net). The
-result is a final placement; :func:`order` turns it into moves each feasible in the state the
-moves before it leave, or None when no such order is found.
+Interchangeable VMs share one integer variable per host (how many of them end there): VMs
+with the same current host, hosts they may end on, memory, vCPUs, CPU and memory load, host
+rules and group rules. They are told apart only when the result is read back (by name), so
+the model grows with the distinct VMs, not with all of them.
 
-Only used when the heuristic met every mandatory item and the architecture has no spread,
-affinity or preferred group rule (not modelled here); scipy is imported only when it runs.
+The solver gets a node limit (deterministic) and a time limit (a safety net). The result is a
+final placement; :func:`order` turns it into moves each feasible in the state the moves before
+it leave, or None when no such order is found.
+
+Only used when the heuristic met every mandatory item and the scope has no spread, affinity
+or preferred group rule (not modelled here); scipy is imported only when it runs.
 """
 
 from __future__ import annotations
@@ -47,15 +62,41 @@ class Solution:
     """VM -> final host, for the VMs that move."""
     optimal: bool
     preferred: int
-    """Preferred host rules broken by the final placement (of this architecture's VMs)."""
+    """Preferred host rules broken by the final placement (of the scope's VMs)."""
 
 
-def applicable(state: State, arch: str, hosts: Sequence[int]) -> bool:
-    """Small enough, and every group rule touching the architecture modelled."""
+def scopes(state: State, arches: Sequence[str]) -> list[tuple[str, ...]]:
+    """``arches`` grouped into the sets required topology anti-affinity couples, in order."""
     model = state.model
-    if not 2 <= len(hosts) <= EXACT_HOSTS:
+    parent = {a: a for a in arches}
+
+    def root(a: str) -> str:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for g in model.rules.groups:
+        if g.topology_key is None or not g.required or g.kind != "antiAffinity":
+            continue
+        found = {
+            model.arch_of(state.host_of[m]) for m in g.members if state.host_of[m] >= 0
+        } & parent.keys()
+        first, *rest = sorted(found) or [""]
+        for a in rest:
+            parent[root(a)] = root(first)
+    out: dict[str, list[str]] = {}
+    for a in arches:
+        out.setdefault(root(a), []).append(a)
+    return [tuple(v) for v in out.values()]
+
+
+def applicable(state: State, hosts_of: Mapping[str, Sequence[int]]) -> bool:
+    """Small enough, and every group rule touching the scope's VMs modelled."""
+    model = state.model
+    if not 2 <= sum(len(h) for h in hosts_of.values()) <= EXACT_HOSTS:
         return False
-    vms = _vms_of(state, arch)
+    vms = _vms_of(state, hosts_of)
     if len(vms) > EXACT_VMS:
         return False
     inside = set(vms)
@@ -64,33 +105,33 @@ def applicable(state: State, arch: str, hosts: Sequence[int]) -> bool:
             g = model.rules.groups[gi]
             if g.kind != "antiAffinity" or not g.required:
                 return False
-            # Per-host domains of other architectures never meet this one's; shared topology
-            # values would couple the two plans.
+            # Members elsewhere that share topology values are planned by another scope.
             if g.topology_key is not None and any(m not in inside for m in g.members):
                 return False
     return True
 
 
-def _vms_of(state: State, arch: str) -> list[int]:
+def _vms_of(state: State, hosts_of: Mapping[str, Sequence[int]]) -> list[int]:
     model = state.model
     return [
         v.index
         for v in model.vms
-        if state.host_of[v.index] >= 0 and model.arch_of(state.host_of[v.index]) == arch
+        if state.host_of[v.index] >= 0 and model.arch_of(state.host_of[v.index]) in hosts_of
     ]
 
 
 def solve(
     state: State,
-    arch: str,
-    hosts: Sequence[int],
+    hosts_of: Mapping[str, Sequence[int]],
     movable: Callable[[int], bool],
     must_be: Mapping[int, int],
-    target: float,
+    target: Mapping[str, float],
 ) -> Solution | None:
     """The optimum from ``state`` (left unchanged), None when infeasible or not found.
 
-    ``movable(v)``: may ``v`` move at all; ``must_be``: VM -> the host it must end on.
+    ``hosts_of``: architecture -> its hosts that may take VMs; ``movable(v)``: may ``v`` move
+    at all; ``must_be``: VM -> the host it must end on; ``target``: architecture -> the
+    largest spread allowed.
     """
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -99,33 +140,50 @@ def solve(
     model = state.model
     w = model.weights
     limit = w.host_limit / 100.0
-    vms = [v for v in _vms_of(state, arch) if not model.vms[v].shadow]
-    host_set = set(hosts)
-    cols: list[tuple[int, int]] = []
+    vms = [v for v in _vms_of(state, hosts_of) if not model.vms[v].shadow]
+    all_hosts = [h for hosts in hosts_of.values() for h in hosts]
+    classes: dict[tuple[object, ...], tuple[list[int], list[int]]] = {}  # allowed, VMs
     fixed: list[tuple[int, int]] = []
     for v in vms:
         s = state.host_of[v]
+        own = hosts_of[model.arch_of(s)]
         if v in must_be:
             allowed = [must_be[v]]
         elif not movable(v):
             allowed = [s]
         else:
-            allowed = [h for h in hosts if _permitted(state, v, h)]
-            if s in host_set and s not in allowed and _permitted(state, v, s, preferred=False):
+            allowed = [h for h in own if _permitted(state, v, h)]
+            if s in own and s not in allowed and _permitted(state, v, s, preferred=False):
                 allowed.append(s)
         if allowed == [s]:
             fixed.append((v, s))
             continue
         if not allowed:
             return None
-        cols.extend((v, h) for h in allowed)
-    if not cols:
+        vm = model.vms[v]
+        key = (
+            s,
+            tuple(allowed),
+            vm.memory,
+            vm.vcpus,
+            vm.cpu_load,
+            vm.mem_load,
+            model.rules.host_rules[v],
+            model.rules.vm_groups[v],
+        )
+        classes.setdefault(key, (allowed, []))[1].append(v)
+    if not classes:
         return None
-    n = len(cols) + 2  # + lo, hi
-    lo_c, hi_c = n - 2, n - 1
+    members = [vs for _, vs in classes.values()]
+    # Column i: how many VMs of class cols[i][0] end on host cols[i][1].
+    cols = [(c, h) for c, (allowed, _) in enumerate(classes.values()) for h in allowed]
+    arch_list = list(hosts_of)
+    n = len(cols) + 2 * len(arch_list)  # + lo, hi per architecture
+    lo_col = {a: len(cols) + 2 * k for k, a in enumerate(arch_list)}
     total_gib = sum(model.vms[v].memory for v in vms) / 2**30 + 1.0
     cost = np.zeros(n)
-    for i, (v, h) in enumerate(cols):
+    for i, (c, h) in enumerate(cols):
+        v = members[c][0]
         if h != state.host_of[v]:
             cost[i] = 1.0 + model.vms[v].memory / 2**30 / total_gib
         cost[i] += PREFERRED_COST * preferred_broken(state, v, h)
@@ -144,85 +202,87 @@ def solve(
         lo_b.append(lo)
         hi_b.append(hi)
 
-    by_vm: dict[int, list[int]] = {}
-    by_host: dict[int, list[int]] = {h: [] for h in hosts}
-    for i, (v, h) in enumerate(cols):
-        by_vm.setdefault(v, []).append(i)
-        by_host.setdefault(h, []).append(i)
-    for ids in by_vm.values():
-        row([(i, 1.0) for i in ids], 1.0, 1.0)
-    base_mem = dict.fromkeys(hosts, 0.0)
-    base_vcpu = dict.fromkeys(hosts, 0.0)
-    base_cpu = dict.fromkeys(hosts, 0.0)
-    base_load = dict.fromkeys(hosts, 0.0)
-    for v, h in fixed:
-        if h in host_set:
+    by_class: dict[int, list[int]] = {}
+    by_host: dict[int, list[int]] = {h: [] for h in all_hosts}
+    for i, (c, h) in enumerate(cols):
+        by_class.setdefault(c, []).append(i)
+        by_host[h].append(i)
+    for c, ids in by_class.items():
+        row([(i, 1.0) for i in ids], len(members[c]), len(members[c]))
+    base = {h: [0.0, 0.0, 0.0, 0.0] for h in all_hosts}  # memory, vCPUs, CPU load, mem load
+    staying = [v for v, _ in fixed]
+    for h in all_hosts:  # in-flight second sightings still load their host
+        staying.extend(v for v in state.vms_on[h] if model.vms[v].shadow)
+    for v in staying:
+        b = base.get(state.host_of[v])
+        if b is not None:
             vm = model.vms[v]
-            base_mem[h] += vm.memory
-            base_vcpu[h] += vm.vcpus
-            base_cpu[h] += vm.cpu_load
-            base_load[h] += vm.mem_load
-    for h in hosts:  # in-flight second sightings still load their host
-        for v in state.vms_on[h]:
-            if model.vms[v].shadow:
-                vm = model.vms[v]
-                base_mem[h] += vm.memory
-                base_vcpu[h] += vm.vcpus
-                base_cpu[h] += vm.cpu_load
-                base_load[h] += vm.mem_load
+            b[0] += vm.memory
+            b[1] += vm.vcpus
+            b[2] += vm.cpu_load
+            b[3] += vm.mem_load
     inf = float("inf")
-    for h in hosts:
-        host = model.hosts[h]
-        ids = by_host[h]
-        vm_of = [cols[i][0] for i in ids]
-        row(
-            [(i, model.vms[v].memory) for i, v in zip(ids, vm_of, strict=True)],
-            -inf,
-            host.usable_memory - base_mem[h],
-        )
-        row(
-            [(i, model.vms[v].vcpus) for i, v in zip(ids, vm_of, strict=True)],
-            -inf,
-            host.vcpu_capacity + 1e-9 - base_vcpu[h],
-        )
-        row(
-            [(i, model.vms[v].cpu_load) for i, v in zip(ids, vm_of, strict=True)],
-            -inf,
-            limit * host.cpu_den + 1e-9 - base_cpu[h],
-        )
-        row(
-            [(i, model.vms[v].mem_load) for i, v in zip(ids, vm_of, strict=True)],
-            -inf,
-            limit * host.usable_memory + 1e-9 - base_load[h],
-        )
-        # lo <= score[h] <= hi, score linear in x
-        cpu_k = 100.0 * w.cpu / host.cpu_den if host.cpu_den > 0 else 0.0
-        mem_k = 100.0 * w.memory / host.usable_memory if host.usable_memory > 0 else 0.0
-        base = cpu_k * base_cpu[h] + mem_k * base_load[h]
-        terms = [
-            (i, cpu_k * model.vms[v].cpu_load + mem_k * model.vms[v].mem_load)
-            for i, v in zip(ids, vm_of, strict=True)
-        ]
-        row([*terms, (hi_c, -1.0)], -inf, -base)
-        row([*terms, (lo_c, -1.0)], -base, inf)
-    row([(hi_c, 1.0), (lo_c, -1.0)], -inf, target)
+    for a, hosts in hosts_of.items():
+        lo_c, hi_c = lo_col[a], lo_col[a] + 1
+        for h in hosts:
+            host = model.hosts[h]
+            ids = by_host[h]
+            vm_of = [model.vms[members[cols[i][0]][0]] for i in ids]
+            b = base[h]
+            row(
+                [(i, vm.memory) for i, vm in zip(ids, vm_of, strict=True)],
+                -inf,
+                host.usable_memory - b[0],
+            )
+            row(
+                [(i, vm.vcpus) for i, vm in zip(ids, vm_of, strict=True)],
+                -inf,
+                host.vcpu_capacity + 1e-9 - b[1],
+            )
+            row(
+                [(i, vm.cpu_load) for i, vm in zip(ids, vm_of, strict=True)],
+                -inf,
+                limit * host.cpu_den + 1e-9 - b[2],
+            )
+            row(
+                [(i, vm.mem_load) for i, vm in zip(ids, vm_of, strict=True)],
+                -inf,
+                limit * host.usable_memory + 1e-9 - b[3],
+            )
+            # lo <= score[h] <= hi, score linear in the columns
+            cpu_k = 100.0 * w.cpu / host.cpu_den if host.cpu_den > 0 else 0.0
+            mem_k = 100.0 * w.memory / host.usable_memory if host.usable_memory > 0 else 0.0
+            fixed_score = cpu_k * b[2] + mem_k * b[3]
+            terms = [
+                (i, cpu_k * vm.cpu_load + mem_k * vm.mem_load)
+                for i, vm in zip(ids, vm_of, strict=True)
+            ]
+            row([*terms, (hi_c, -1.0)], -inf, -fixed_score)
+            row([*terms, (lo_c, -1.0)], -fixed_score, inf)
+        row([(hi_c, 1.0), (lo_c, -1.0)], -inf, target[a])
+    variable = {v for vs in members for v in vs}
+    class_of = {v: c for c, vs in enumerate(members) for v in vs}
     for g in model.rules.groups:
-        if not g.required or g.kind != "antiAffinity" or not set(g.members) & set(vms):
+        if not g.required or g.kind != "antiAffinity":
             continue
-        members = set(g.members)
+        inside = {class_of[m] for m in g.members if m in variable}
+        if not inside:
+            continue
         per_domain: dict[str, list[int]] = {}
-        fixed_count: dict[str, int] = {}
-        for i, (v, h) in enumerate(cols):
+        for i, (c, h) in enumerate(cols):
             d = g.domains[h]
-            if v in members and d is not None:
+            if c in inside and d is not None:
                 per_domain.setdefault(d, []).append(i)
-        for v, h in fixed:
-            d = g.domains[h]
-            if v in members and d is not None:
+        # Members that do not move here, whatever their architecture, hold their domain.
+        fixed_count: dict[str, int] = {}
+        for m in g.members:
+            h = state.host_of[m]
+            d = g.domains[h] if h >= 0 and m not in variable else None
+            if d is not None:
                 fixed_count[d] = fixed_count.get(d, 0) + 1
         for d, ids in per_domain.items():
             row([(i, 1.0) for i in ids], -inf, 1.0 - fixed_count.get(d, 0))
-    a = coo_array(
+    a_mat = coo_array(
         (
             np.asarray(vals, dtype=np.float64),
             (np.asarray(rows, dtype=np.int32), np.asarray(cidx, dtype=np.int32)),
@@ -230,28 +290,57 @@ def solve(
         shape=(len(lo_b), n),
     ).tocsr()
     integrality = np.ones(n)
-    integrality[lo_c] = integrality[hi_c] = 0
     lb = np.zeros(n)
-    ub = np.ones(n)
-    lb[lo_c] = lb[hi_c] = -1e6
-    ub[lo_c] = ub[hi_c] = 1e6
+    ub = np.zeros(n)
+    for i, (c, _) in enumerate(cols):
+        ub[i] = len(members[c])
+    for a in arch_list:
+        for j in (lo_col[a], lo_col[a] + 1):
+            integrality[j] = 0
+            lb[j], ub[j] = -1e6, 1e6
     res = milp(
         cost,
-        constraints=LinearConstraint(a, np.array(lo_b), np.array(hi_b)),
+        constraints=LinearConstraint(a_mat, np.array(lo_b), np.array(hi_b)),
         integrality=integrality,
         bounds=Bounds(lb, ub),
         options={"time_limit": TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
     )
     if res.x is None:
         return None
+    return _read(
+        state, members, cols, [round(float(x)) for x in res.x[: len(cols)]], fixed, res.status == 0
+    )
+
+
+def _read(
+    state: State,
+    members: list[list[int]],
+    cols: list[tuple[int, int]],
+    counts: list[int],
+    fixed: list[tuple[int, int]],
+    optimal: bool,
+) -> Solution:
+    """The solution's VM -> host: within a class, VMs in name order stay first, then fill
+    the targets in host order."""
+    model = state.model
     out: dict[int, int] = {}
     broken = sum(preferred_broken(state, v, h) for v, h in fixed)
-    for i, (v, h) in enumerate(cols):
-        if res.x[i] > 0.5:
-            broken += preferred_broken(state, v, h)
-            if h != state.host_of[v]:
-                out[v] = h
-    return Solution(out, bool(res.status == 0), broken)
+    per_class: dict[int, list[tuple[int, int]]] = {}
+    for (c, h), k in zip(cols, counts, strict=True):
+        if k > 0:
+            per_class.setdefault(c, []).append((h, k))
+    for c, placed in per_class.items():
+        names = sorted(members[c], key=lambda v: model.vms[v].name)
+        s = state.host_of[names[0]]
+        placed.sort(key=lambda hk: (hk[0] != s, hk[0]))
+        it = iter(names)
+        for h, k in placed:
+            for _ in range(k):
+                v = next(it)
+                broken += preferred_broken(state, v, h)
+                if h != s:
+                    out[v] = h
+    return Solution(out, optimal, broken)
 
 
 def preferred_broken(state: State, v: int, h: int) -> int:

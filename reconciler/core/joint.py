@@ -1,9 +1,11 @@
-"""Keep the better of the heuristic plan and the exact joint plan, per small architecture.
+"""Keep the better of the heuristic plan and the exact joint plan, per small scope.
 
-For each architecture :func:`reconciler.core.exact.applicable` accepts, the exact plan of
-repair and balance together replaces the heuristic's moves of that architecture when it needs
-fewer moves (or as many, and reaches the threshold where the heuristic does not), and its
-moves can be ordered so every step is feasible; otherwise the heuristic plan stays.
+A scope is one architecture or several coupled by required anti-affinity over a topology key
+(:func:`reconciler.core.exact.scopes`). For each scope :func:`reconciler.core.exact.applicable`
+accepts, the exact plan of repair and balance together replaces the heuristic's moves of that
+scope when it costs less (moves plus preferred host rules left broken), or as much while
+bringing more of its architectures within the threshold, and its moves can be ordered so every
+step is feasible; otherwise the heuristic plan stays.
 """
 
 from __future__ import annotations
@@ -38,72 +40,95 @@ def improve(
     drift_targets: Mapping[int, int],
 ) -> tuple[list[Step], bool | None]:
     """The steps with exact plans swapped in where better, and whether the plan is proven
-    optimal (None: no architecture was solved exactly)."""
+    optimal (None: no scope was solved exactly)."""
     model = before.model
+    by_arch = {g.arch: g for g in goals}
     proven: list[bool] = []
-    for goal in goals:
-        if not exact.applicable(before, goal.arch, goal.hosts):
-            if any(model.arch_of(s.source) == goal.arch for s in steps):
+    for scope in exact.scopes(before, list(by_arch)):
+        mine_goals = [by_arch[a] for a in scope]
+        hosts_of = {g.arch: g.hosts for g in mine_goals}
+        mine = [s for s in steps if model.arch_of(s.source) in hosts_of]
+        if not exact.applicable(before, hosts_of):
+            if mine:
                 proven.append(False)
             continue
-        mine = [s for s in steps if model.arch_of(s.source) == goal.arch]
-        end = spread_of(after, goal.hosts)
-        reached = end <= goal.threshold + EPSILON
-        if not mine and (reached or not goal.balancing):
+        ends = {g.arch: spread_of(after, g.hosts) for g in mine_goals}
+        reached = {g.arch for g in mine_goals if ends[g.arch] <= g.threshold + EPSILON}
+        if not mine and all(g.arch in reached or not g.balancing for g in mine_goals):
             proven.append(True)
             continue
-        needed = _mandatory_needed(before, goal, drift_targets)
+        needed = _mandatory_needed(before, hosts_of, drift_targets)
         must_be = {v: t for v, t in drift_targets.items() if v in needed}
+        balancing = {g.arch for g in mine_goals if g.balancing}
 
-        def movable(v: int, needed: set[int] = needed, goal: ArchGoal = goal) -> bool:
-            return v in needed or (goal.balancing and balance_movable(v))
+        def movable(v: int, needed: set[int] = needed, balancing: set[str] = balancing) -> bool:
+            return v in needed or (
+                model.arch_of(before.host_of[v]) in balancing and balance_movable(v)
+            )
 
-        targets = [goal.threshold] if reached or not goal.balancing else [goal.threshold, end]
-        if not goal.balancing:
-            targets = [max(goal.threshold, end)]
-        found = None
-        for target in targets:
-            found = exact.solve(before, goal.arch, goal.hosts, movable, must_be, target)
-            if found is not None:
-                break
+        # Each architecture within the threshold; failing that, where the heuristic ended.
+        # An architecture not balancing may not end wider than the heuristic leaves it.
+        first = {g.arch: _target(g, ends[g.arch], reached, strict=True) for g in mine_goals}
+        second = {g.arch: _target(g, ends[g.arch], reached, strict=False) for g in mine_goals}
+        found = exact.solve(before, hosts_of, movable, must_be, first)
+        target = first
+        if found is None and second != first:
+            found = exact.solve(before, hosts_of, movable, must_be, second)
+            target = second
         if found is None:
             proven.append(False)
             continue
-        reaches = target <= goal.threshold + EPSILON
-        mine_cost = len(mine) + _preferred_broken(after, goal.arch)
+        reaches = sum(
+            1 for g in mine_goals if g.balancing and target[g.arch] <= g.threshold + EPSILON
+        )
+        mine_reach = sum(1 for g in mine_goals if g.balancing and g.arch in reached)
+        mine_cost = len(mine) + _preferred_broken(after, hosts_of)
         cost = len(found.target) + found.preferred
-        better = cost < mine_cost or (cost == mine_cost and reaches and not reached)
+        # Fewer moves first, then more architectures within the threshold, then less memory.
+        mine_gib = sum(model.vms[s.vm].memory for s in mine)
+        gib = sum(model.vms[v].memory for v in found.target)
+        better = (cost, -reaches, gib) < (mine_cost, -mine_reach, mine_gib)
         if not better:
-            proven.append(found.optimal and cost == mine_cost)
+            proven.append(found.optimal and cost == mine_cost and reaches >= mine_reach)
             continue
         ordered = exact.order(before, found.target, needed.__contains__)
         if ordered is None:
             proven.append(False)
             continue
-        new = _steps(before, ordered, drift_targets, goal)
-        steps = [s for s in steps if model.arch_of(s.source) != goal.arch]
-        # Mandatory steps of other architectures first, then this one's, then other balance.
-        first = [s for s in steps if s.mandatory]
-        steps = first + new + [s for s in steps if not s.mandatory]
+        new = _steps(before, ordered, drift_targets, by_arch)
+        steps = [s for s in steps if model.arch_of(s.source) not in hosts_of]
+        # Mandatory steps of other scopes first, then this one's, then other balance.
+        head = [s for s in steps if s.mandatory]
+        steps = head + new + [s for s in steps if not s.mandatory]
         proven.append(found.optimal)
     if not proven:
         return steps, None
     return steps, all(proven)
 
 
-def _preferred_broken(state: State, arch: str) -> int:
+def _target(goal: ArchGoal, end: float, reached: set[str], *, strict: bool) -> float:
+    if not goal.balancing:
+        return max(goal.threshold, end)
+    if strict or goal.arch in reached:
+        return goal.threshold
+    return end
+
+
+def _preferred_broken(state: State, hosts_of: Mapping[str, Sequence[int]]) -> int:
     model = state.model
     return sum(
         exact.preferred_broken(state, v.index, state.host_of[v.index])
         for v in model.vms
         if not v.shadow
         and state.host_of[v.index] >= 0
-        and model.arch_of(state.host_of[v.index]) == arch
+        and model.arch_of(state.host_of[v.index]) in hosts_of
     )
 
 
-def _mandatory_needed(state: State, goal: ArchGoal, drift_targets: Mapping[int, int]) -> set[int]:
-    """VMs of the architecture a mandatory rule needs moved (a drift revert, a drain, a
+def _mandatory_needed(
+    state: State, hosts_of: Mapping[str, Sequence[int]], drift_targets: Mapping[int, int]
+) -> set[int]:
+    """VMs of the scope a mandatory rule needs moved (a drift revert, a drain, a
     required host rule, a broken required antiAffinity or a host over hostLimit), whatever
     their cooldown: the reason their move gets."""
     model = state.model
@@ -112,14 +137,17 @@ def _mandatory_needed(state: State, goal: ArchGoal, drift_targets: Mapping[int, 
         for v in model.vms
         if not v.shadow
         and state.host_of[v.index] >= 0
-        and model.arch_of(state.host_of[v.index]) == goal.arch
+        and model.arch_of(state.host_of[v.index]) in hosts_of
         and fixed_reason(state, v.index) is None
         and _why(state, v.index, drift_targets)[0] is not Reason.BALANCE
     }
 
 
 def _steps(
-    state: State, moves: list[tuple[int, int]], drift_targets: Mapping[int, int], goal: ArchGoal
+    state: State,
+    moves: list[tuple[int, int]],
+    drift_targets: Mapping[int, int],
+    goals: Mapping[str, ArchGoal],
 ) -> list[Step]:
     model = state.model
     work = state.copy()
@@ -128,6 +156,7 @@ def _steps(
     for k, (v, t) in enumerate(moves, 1):
         s = work.host_of[v]
         reason, rule, why = _why(state, v, drift_targets)
+        goal = goals[model.arch_of(s)]
         if reason is Reason.BALANCE:
             spread = spread_of(work, goal.hosts)
             why = f"{goal.arch} score spread {spread:.1f} is over threshold {goal.threshold:g}"
