@@ -6,8 +6,9 @@ topology values (a rack holding x86_64 and aarch64 hosts) limits both plans at o
 are solved together (:func:`scopes`). Groups over hosts never couple: a host has one
 architecture.
 
-For a scope of at most ``EXACT_HOSTS`` hosts and ``EXACT_VMS`` VMs, the fewest moves (then
-the least memory moved) that reach a final state where
+For a scope of at most ``EXACT_HOSTS`` hosts and ``EXACT_VMS`` VMs, the cheapest plan (moves
+plus ``PREFERRED_COST`` per VM left on a host one of its preferred host rules does not
+permit), then the least memory moved among plans that cheap, whose final state is one where
 
 - every VM is on a known host out of maintenance of its own architecture, permitted by its
   required host rules and not newly breaking a preferred one; VMs that may not move (in
@@ -21,10 +22,12 @@ the least memory moved) that reach a final state where
   heuristic reached): ``lo[a] <= score[h] <= hi[a]`` for its hosts, ``hi[a] - lo[a] <=
   target[a]``.
 
-Objective: moves, then memory moved (less than one move in all), plus ``PREFERRED_COST`` per
-VM on a host one of its preferred host rules does not permit. ``maxOutbound``/``maxInbound``
-and disruption budgets limit how many moves run at once, not where VMs end: the waves keep
-them (:mod:`reconciler.core.waves`), so they are not constraints of the final placement.
+Two solves: the cost alone (whole numbers, so the solver's bound rounds up and small models
+are proven optimal at the root), then the least memory under that cost, skipped on models of
+more than ``MEMORY_COLUMNS`` variables, where it rarely finishes in ``MEMORY_TIME_LIMIT``.
+``maxOutbound``/``maxInbound`` and disruption budgets limit how many moves run at once, not
+where VMs end: the waves keep them (:mod:`reconciler.core.waves`), so they are not
+constraints of the final placement.
 
 Interchangeable VMs share one integer variable per host (how many of them end there): VMs
 with the same current host, hosts they may end on, memory, vCPUs, CPU and memory load, host
@@ -49,8 +52,12 @@ from reconciler.core.state import State
 
 EXACT_HOSTS = 40
 EXACT_VMS = 400
-TIME_LIMIT = 2.0
-"""Seconds per solve, a safety net: the node limit ends small problems first."""
+TIME_LIMIT = 1.5
+"""Seconds for the fewest moves, a safety net: the node limit ends small problems first."""
+MEMORY_TIME_LIMIT = 0.5
+"""Seconds for the least memory among plans with the fewest moves..."""
+MEMORY_COLUMNS = 800
+"""...tried on models of at most this many (class, host) variables."""
 NODE_LIMIT = 20_000
 PREFERRED_COST = 1.0
 """A VM left on a host a preferred host rule does not permit costs as much as a move."""
@@ -61,6 +68,8 @@ class Solution:
     target: dict[int, int]
     """VM -> final host, for the VMs that move."""
     optimal: bool
+    """No plan of lower cost (moves and preferred rules) exists; memory is minimised second,
+    not proven."""
     preferred: int
     """Preferred host rules broken by the final placement (of the scope's VMs)."""
 
@@ -147,7 +156,7 @@ def solve(
     for v in vms:
         s = state.host_of[v]
         own = hosts_of[model.arch_of(s)]
-        if v in must_be:
+        if must_be.get(v, -1) in own:
             allowed = [must_be[v]]
         elif not movable(v):
             allowed = [s]
@@ -180,12 +189,13 @@ def solve(
     arch_list = list(hosts_of)
     n = len(cols) + 2 * len(arch_list)  # + lo, hi per architecture
     lo_col = {a: len(cols) + 2 * k for k, a in enumerate(arch_list)}
-    total_gib = sum(model.vms[v].memory for v in vms) / 2**30 + 1.0
-    cost = np.zeros(n)
+    cost = np.zeros(n)  # moves and preferred rules: integer, so HiGHS rounds its bound up
+    gib = np.zeros(n)
     for i, (c, h) in enumerate(cols):
         v = members[c][0]
         if h != state.host_of[v]:
-            cost[i] = 1.0 + model.vms[v].memory / 2**30 / total_gib
+            cost[i] = 1.0
+            gib[i] = model.vms[v].memory / 2**30
         cost[i] += PREFERRED_COST * preferred_broken(state, v, h)
     rows: list[int] = []
     cidx: list[int] = []
@@ -298,18 +308,33 @@ def solve(
         for j in (lo_col[a], lo_col[a] + 1):
             integrality[j] = 0
             lb[j], ub[j] = -1e6, 1e6
+    constraints = [LinearConstraint(a_mat, np.array(lo_b), np.array(hi_b))]
+    bounds = Bounds(lb, ub)
     res = milp(
         cost,
-        constraints=LinearConstraint(a_mat, np.array(lo_b), np.array(hi_b)),
+        constraints=constraints,
         integrality=integrality,
-        bounds=Bounds(lb, ub),
+        bounds=bounds,
         options={"time_limit": TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
     )
     if res.x is None:
         return None
-    return _read(
-        state, members, cols, [round(float(x)) for x in res.x[: len(cols)]], fixed, res.status == 0
-    )
+    x = res.x
+    # Then the least memory among plans of that cost, on models small enough to finish in a
+    # smaller budget (larger ones rarely find a plan in it); the first plan stands otherwise.
+    if gib.any() and len(cols) <= MEMORY_COLUMNS:
+        cap = LinearConstraint(cost.reshape(1, -1), -np.inf, float(res.fun) + 0.5)
+        second = milp(
+            gib,
+            constraints=[*constraints, cap],
+            integrality=integrality,
+            bounds=bounds,
+            options={"time_limit": MEMORY_TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
+        )
+        if second.x is not None:
+            x = second.x
+    counts = [round(float(v)) for v in x[: len(cols)]]
+    return _read(state, members, cols, counts, fixed, res.status == 0)
 
 
 def _read(

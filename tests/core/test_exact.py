@@ -382,3 +382,21 @@ def test_an_optimal_plan_takes_the_fewest_moves_and_every_step_keeps_the_rules(
     if fewest is not None:
         assert len(p.moves) + len(p.deferred) == fewest, p
         assert all(sp.after <= d.policy.spec.threshold + 1e-6 for sp in p.spreads)
+
+
+def test_a_drift_revert_to_another_architecture_does_not_bind_the_exact_plan() -> None:
+    # vm0 drains from a (maintenance) to b or b2; its placement host c is aarch64, so the
+    # revert cannot happen and is no constraint of the exact plan (it made the model fail).
+    d = desired(
+        [host("a", maintenance=True), host("b"), host("b2"), host("c")],
+        placement={"vm0": "c"},
+        basis="allocated",
+        threshold=5,
+    )
+    s = snapshot(
+        [host_state("a"), host_state("b"), host_state("b2"), host_state("c", arch="aarch64")],
+        [vm("vm0", "a", memory_gib=1)],
+    )
+    p = run(d, s)
+    assert [(m.vm, m.source) for m in p.moves + p.deferred] == [("vm0", "a")]
+    assert p.optimal is True
