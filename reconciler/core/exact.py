@@ -54,9 +54,9 @@ EXACT_HOSTS = 40
 EXACT_VMS = 400
 TIME_LIMIT = 1.5
 """Seconds for the fewest moves, a safety net: the node limit ends small problems first."""
-MEMORY_TIME_LIMIT = 0.5
+MEMORY_TIME_LIMIT = 0.25
 """Seconds for the least memory among plans with the fewest moves..."""
-MEMORY_COLUMNS = 800
+MEMORY_COLUMNS = 400
 """...tried on models of at most this many (class, host) variables."""
 NODE_LIMIT = 20_000
 PREFERRED_COST = 1.0
