@@ -3,9 +3,10 @@
 A scope is one architecture or several coupled by required anti-affinity over a topology key
 (:func:`reconciler.core.exact.scopes`). For each scope :func:`reconciler.core.exact.applicable`
 accepts, the exact plan of repair and balance together replaces the heuristic's moves of that
-scope when it costs less (moves plus preferred host rules left broken), or as much while
-bringing more of its architectures within the threshold, and its moves can be ordered so every
-step is feasible; otherwise the heuristic plan stays.
+scope when it brings more of its architectures within the threshold, or as many at a lower
+cost (moves plus preferred host rules left broken), or as many at the same cost moving less
+memory, and when its moves can be ordered so every step is feasible; otherwise the heuristic
+plan stays.
 """
 
 from __future__ import annotations
@@ -93,10 +94,11 @@ def improve(
         mine_reach = sum(1 for g in mine_goals if g.balancing and g.arch in reached)
         mine_cost = len(mine) + _preferred_broken(after, hosts_of)
         cost = len(found.target) + found.preferred
-        # Fewer moves first, then more architectures within the threshold, then less memory.
+        # More architectures within the threshold first (what balancing is for), then fewer
+        # moves, then less memory.
         mine_gib = sum(model.vms[s.vm].memory for s in mine)
         gib = sum(model.vms[v].memory for v in found.target)
-        better = (cost, -reaches, gib) < (mine_cost, -mine_reach, mine_gib)
+        better = (-reaches, cost, gib) < (-mine_reach, mine_cost, mine_gib)
         if not better:
             proven.append(found.optimal and cost == mine_cost and reaches >= mine_reach)
             continue

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core import exact
+from reconciler.core.joint import ArchGoal, improve
 from reconciler.core.planner import plan
 from reconciler.core.state import build
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
@@ -400,3 +401,20 @@ def test_a_drift_revert_to_another_architecture_does_not_bind_the_exact_plan() -
     p = run(d, s)
     assert [(m.vm, m.source) for m in p.moves + p.deferred] == [("vm0", "a")]
     assert p.optimal is True
+
+
+def test_an_exact_plan_within_the_threshold_replaces_a_cheaper_one_that_is_not() -> None:
+    # The heuristic's plan here moves nothing and leaves a at 50%, b at 0%: the exact plan's
+    # two moves (to 25% each) win although they cost more.
+    d = desired([host("a"), host("b")], basis="allocated", score={"cpu": 0, "memory": 1})
+    s = snapshot(
+        [host_state("a"), host_state("b")], [vm(f"v{i}", "a", memory_gib=8) for i in range(4)]
+    )
+    model, state = build(d, s)
+    goal = ArchGoal("x86_64", model.arches["x86_64"], True, 20.0)
+    steps, optimal = improve(state, state, [], [goal], lambda v: True, {})
+    assert sorted((model.vms[st.vm].name, model.hosts[st.target].name) for st in steps) == [
+        ("v2", "b"),
+        ("v3", "b"),
+    ]
+    assert optimal is True
