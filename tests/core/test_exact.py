@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 from itertools import combinations, product
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -418,3 +419,25 @@ def test_an_exact_plan_within_the_threshold_replaces_a_cheaper_one_that_is_not()
         ("v3", "b"),
     ]
     assert optimal is True
+
+
+def test_a_solve_cut_off_by_the_clock_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What HiGHS has found when the clock stops it depends on the machine's load: the plan
+    # would change with it. Such a solve is dropped and the heuristic plan stands, every time.
+    import scipy.optimize
+
+    d, s = _coupled()
+    solved = run(d, s)
+    assert solved.optimal is True
+    real = scipy.optimize.milp
+
+    def cut_off(*args: object, **kwargs: object) -> object:
+        res = real(*args, **kwargs)
+        res.status, res.message = 1, "Time limit reached. (HiGHS Status 13: Time limit reached)"
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "milp", cut_off)
+    first, second = run(d, s), run(d, s)
+    assert first.optimal is False
+    assert first.plan_id == second.plan_id
+    assert first.plan_id != solved.plan_id  # the heuristic's own plan, not the cut-off one
