@@ -10,9 +10,12 @@ placement), a ``Snapshot`` and a ``History``, all built from the models. The clu
 * pins to the current host, excluded VMs and unmigratable VMs (``migratable: false``);
 * labels on hosts (``rack``, ``room``) and VMs (``app``, ``group``).
 
-Every generated start state respects capacity (hostLimit, cpuOvercommit, memory) and every
-required rule, so a planner only has balance work to do. The history says ``holdRounds`` are
-satisfied, the batch is 1000 and no VM is in cooldown or under ``minUptime``.
+Every generated start state respects capacity (hostLimit, cpuOvercommit, memory) and, unless
+``broken_groups`` is set, every required rule, so a planner only has balance work to do. With
+``broken_groups`` that fraction of the anti-affinity groups starts broken: one member shares a
+host (or rack) with another, a hot host where one fits, so a planner must repair them. The
+history says ``holdRounds`` are satisfied, the batch is 1000 and no VM is in cooldown or
+under ``minUptime``.
 
 Run ``.venv/bin/python benchmarks/plan_generate.py --hosts 8 --vms-per-host 4 --seed 1`` for a
 summary of one case.
@@ -21,8 +24,9 @@ summary of one case.
 from __future__ import annotations
 
 import argparse
+import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
@@ -83,6 +87,9 @@ class GenParams:
     pin_fraction: float = 0.04
     unmigratable_fraction: float = 0.05
     exclude_fraction: float = 0.02
+    broken_groups: float = 0.0
+    """Fraction of the anti-affinity groups that start broken (see ``_break_groups``); 0
+    keeps every required rule met and the case byte-identical to one without the field."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +274,67 @@ def _anti_affinity(
     return rules
 
 
+def _fits(host: _Host, load: list[float], vm: _Vm, overcommit: float) -> bool:
+    """Whether ``vm`` joins ``host`` (current ``load``: guest memory, vCPUs, cores and memory
+    in use) within ``INITIAL_CEILING`` on every basis."""
+    mem, vcpus, cpu, used = load
+    c = INITIAL_CEILING
+    return (
+        mem + vm.memory <= c * host.usable_memory
+        and vcpus + vm.vcpus <= c * host.usable_cpus * overcommit
+        and cpu + vm.cpu_used <= c * host.usable_cpus
+        and used + vm.memory_used <= c * host.usable_memory
+    )
+
+
+def _break_groups(
+    hosts: list[_Host], vms: list[_Vm], rules: list[Rule], hot: set[int], p: GenParams
+) -> None:
+    """Break ``p.broken_groups`` of the anti-affinity groups (rounded up): move one member onto
+    the host, or into the rack, of another member, a hot host first, then one of the mover's
+    architecture (a member moved to the other one stands for a VM of that architecture),
+    within ``INITIAL_CEILING``, where a host of the target's architecture is left in a domain
+    without members (so a move can repair it). A group where nothing fits stays whole.
+
+    Uses its own random stream, so the rest of the case is the same as without breaking."""
+    rng = random.Random(p.seed * 7_000_003 + p.hosts * 104_729 + 17)
+    groups = [r for r in rules if isinstance(r, AntiAffinityRule)]
+    chosen = rng.sample(groups, min(len(groups), math.ceil(p.broken_groups * len(groups))))
+    load = [[0.0, 0.0, 0.0, 0.0] for _ in hosts]
+    for vm in vms:
+        for k, x in enumerate((vm.memory, vm.vcpus, vm.cpu_used, vm.memory_used)):
+            load[vm.host][k] += x
+    for rule in sorted(chosen, key=lambda r: r.name):
+        members = [i for i, vm in enumerate(vms) if vm.labels.get("group") == rule.name]
+        by_rack = rule.topology_key is not None
+
+        def domain(h: _Host, by_rack: bool = by_rack) -> str:
+            return h.rack if by_rack else h.name
+
+        options: list[tuple[bool, bool, float, int, int]] = []
+        for a in members:
+            anchor = hosts[vms[a].host]
+            for m in members:
+                if m == a:
+                    continue
+                arch = hosts[vms[m].host].arch
+                held = {domain(hosts[vms[x].host]) for x in members if x != m}
+                for t, h in enumerate(hosts):
+                    # Only a break a move can repair: a domain without members is left on
+                    # the target's architecture.
+                    repairable = any(x.arch == h.arch and domain(x) not in held for x in hosts)
+                    if domain(h) == domain(anchor) and t != vms[m].host and repairable:
+                        options.append((t not in hot, h.arch != arch, rng.random(), m, t))
+        for *_, m, t in sorted(options):
+            if _fits(hosts[t], load[t], vms[m], p.cpu_overcommit):
+                vm = vms[m]
+                for k, x in enumerate((vm.memory, vm.vcpus, vm.cpu_used, vm.memory_used)):
+                    load[vm.host][k] -= x
+                    load[t][k] += x
+                vm.host = t
+                break
+
+
 def generate(p: GenParams) -> Case:
     """One cluster for ``p``; the same ``p`` always gives the same case."""
     rng = random.Random(p.seed * 1_000_003 + p.hosts * 7919 + round(p.vms_per_host * 1000))
@@ -289,6 +357,8 @@ def generate(p: GenParams) -> Case:
 
     taken: set[int] = set()
     rules: list[Rule] = _anti_affinity(rng, hosts, vms, taken, p)
+    if p.broken_groups > 0:
+        _break_groups(hosts, vms, rules, hot, p)
     free = [i for i in range(len(vms)) if i not in taken]
     rng.shuffle(free)
     n_pin = round(p.pin_fraction * len(vms))
@@ -436,8 +506,10 @@ def main() -> None:
     ap.add_argument("--vms-per-host", type=float, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--basis", choices=[b.value for b in Basis], default="used")
+    ap.add_argument("--broken", type=float, default=0.0, help="fraction of groups broken")
     args = ap.parse_args()
-    case = generate(GenParams(args.hosts, args.vms_per_host, args.seed, Basis(args.basis)))
+    params = GenParams(args.hosts, args.vms_per_host, args.seed, Basis(args.basis))
+    case = generate(replace(params, broken_groups=args.broken))
     print(f"case {case.name}: {len(case.snapshot.hosts)} hosts, {len(case.snapshot.vms)} VMs")
     per_host: dict[str, int] = {}
     for vm in case.snapshot.vms:
