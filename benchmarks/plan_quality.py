@@ -200,16 +200,21 @@ class CaseResult:
     min_spread: float  # least reachable largest spread (MILP) when optimum is None
     milp_status: str
     planner: PlannerRun | None
-    baselines: list[Outcome]
+    baselines: list[Outcome | None]  # None: not run (--no-baselines)
 
 
 def run_case(
-    case: Case, plan_fn: PlanFn | None, time_limit: float = plan_milp.TIME_LIMIT
+    case: Case,
+    plan_fn: PlanFn | None,
+    time_limit: float = plan_milp.TIME_LIMIT,
+    with_baselines: bool = True,
 ) -> CaseResult:
     inst = build_instance(case.desired, case.snapshot)
     start = max(inst.spreads(inst.home).values())
     planner = run_planner(plan_fn, case, inst) if plan_fn is not None else None
-    baselines = [plan_baselines.incus(inst), plan_baselines.greedy(inst)]
+    baselines: list[Outcome | None] = [None, None]
+    if with_baselines:
+        baselines = [plan_baselines.incus(inst), plan_baselines.greedy(inst)]
     if time_limit <= 0:  # clusters too large for the optimum: the planner's figures alone
         return CaseResult(case, inst, start, None, float("nan"), SKIPPED, planner, baselines)
     res = plan_milp.solve(inst, threshold=inst.threshold, time_limit=time_limit)
@@ -313,6 +318,8 @@ def summarise(results: list[CaseResult]) -> bool:
     print()
     for r in results:
         for b in r.baselines:
+            if b is None:
+                continue
             # A baseline does not repair a broken start; a timed-out MILP is not proven.
             opt = r.optimum if r.milp_status == "optimal" else None
             if opt is not None and b.reaches(r.inst.threshold) and not b.rule_violations:
@@ -504,6 +511,7 @@ def main() -> int:
         help="time limit of the optimum's MILP; a cut-off solve counts its best plan found; "
         "0 skips the optimum (clusters too large for it)",
     )
+    ap.add_argument("--no-baselines", action="store_true", help="skip incus and greedy")
     args = ap.parse_args()
     plan_fn = None if args.no_planner else load_planner()
     if args.heuristic:
@@ -511,7 +519,9 @@ def main() -> int:
     print(revision() + (" (exact plan off)" if args.heuristic else ""))
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
     params = case_params(args.seeds, args.threshold, args.broken, sizes, args.vms_per_host)
-    results = [run_case(generate(p), plan_fn, args.milp_seconds) for p in params]
+    results = [
+        run_case(generate(p), plan_fn, args.milp_seconds, not args.no_baselines) for p in params
+    ]
     print_cases(results)
     ok = summarise(results)
     return 0 if ok else 1
