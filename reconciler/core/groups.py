@@ -1,21 +1,22 @@
 """The group-rule phase of the mandatory moves: antiAffinity, spread and affinity repairs.
 
 antiAffinity and spread move one member at a time from a crowded domain to an empty or thin
-one, each move strictly lowering the rule's (measure, sum of squares). affinity brings every
-member onto one host in one unit (one wave): the host already holding most members if they
-fit there, else any host that takes them all.
+one, each move strictly lowering the rule's (measure, sum of squares). Among the members and
+targets that do, the move that best balances the architecture wins (see :func:`_rank`): a big
+member off a hot host repairs the rule and saves the balance moves that would otherwise
+follow. affinity brings every member onto one host in one unit (one wave): the host already
+holding most members if they fit there, else any host that takes them all.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reconciler.core.feasibility import Refusal, preferred_delta
+from reconciler.core.feasibility import Refusal, check_move, preferred_delta
 from reconciler.core.rules import REASONS, GroupRule, describe_kind, domain_of
 from reconciler.core.state import State
 from reconciler.core.steps import summarise
 from reconciler.core.units import (
-    best_target,
     candidate_hosts,
     check_unit,
     fixed_reason,
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from reconciler.core.mandatory import _Planner
 
 Code = UnsatisfiableCode
+GAIN_STEP = 10.0
+"""Balance gains of repairing moves this close count as equal, so the member with less memory
+moves (squared score points: a quarter point moved between hosts 20 apart gains about 10)."""
 
 
 def groups(p: _Planner) -> None:
@@ -89,30 +93,27 @@ def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
             and counts.count(domain_of(g, h)) == target_count
             and domain_of(g, h) is not None
         ]
-        best: tuple[int, int, int, float, str, str] | None = None
+        best: RepairKey | None = None
         choice: tuple[int, int] | None = None
         refusals: list[Refusal] = []
+        means: dict[str, float] = {}
         for m in movers:
             allowed = set(candidate_hosts(state, m))
-
-            def improves(t: int, m: int = m, key: tuple[int, int] = key) -> Refusal | None:
-                return _improves(state, g, m, t, key)
-
-            t, refs = best_target(state, m, [h for h in targets if h in allowed], improves)
-            refusals.extend(refs)
-            if t is None:
-                continue
-            breaks, repairs = preferred_delta(state, m, t)
-            cand = (
-                breaks,
-                -repairs,
-                model.vms[m].memory,
-                state.score_with(t, m, 1),
-                p.name(m),
-                p.host(t),
-            )
-            if best is None or cand < best:
-                best, choice = cand, (m, t)
+            arch = model.arch_of(state.host_of[m])
+            if arch not in means:
+                means[arch] = _mean_score(state, arch)
+            for t in targets:
+                if t not in allowed:
+                    continue
+                refusal = check_move(state, m, t) or _improves(state, g, m, t, key)
+                if refusal is not None:
+                    refusals.append(refusal)
+                    continue
+                cand = _rank(state, m, t, means[arch])
+                if best is None or cand < best:
+                    best, choice = cand, (m, t)
+        if not refusals and choice is None and movers and targets:
+            refusals.append(_no_target(state, g, movers))
         if choice is None:
             kind = describe_kind(g.kind)
             if not movers and stuck:
@@ -144,18 +145,22 @@ def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
         m, t = choice
         s = state.host_of[m]
         d_from, d_to = domain_of(g, s), domain_of(g, t)
+        scores = (
+            f"{p.host(s)} scores {state.score(s):.1f} -> {state.score_with(s, m, -1):.1f}, "
+            f"{p.host(t)} {state.score(t):.1f} -> {state.score_with(t, m, 1):.1f}"
+        )
         if g.kind == "antiAffinity":
             where = p.host(s) if g.topology_key is None else f"{d_from}"
             to = p.host(t) if g.topology_key is None else f"{p.host(t)} ({d_to})"
             detail = (
                 f"anti-affinity {g.name}: {p.name(m)} shares {where} with another "
-                f"member; {to} holds none."
+                f"member; {to} holds none ({scores})."
             )
         else:
             detail = (
                 f"spread {g.name}: {d_from} holds {counts.count(d_from)} members and "
                 f"{d_to} {counts.count(d_to)} (maxSkew {g.max_skew}); "
-                f"{p.name(m)} moves to {p.host(t)}."
+                f"{p.name(m)} moves to {p.host(t)} ({scores})."
             )
         p.apply(m, t, reason, g.name, detail)
 
@@ -222,6 +227,63 @@ def affinity(p: _Planner, g: GroupRule) -> None:
         g.members,
         g.name,
     )
+
+
+RepairKey = tuple[int, int, int, int, int, str, str]
+
+
+def _mean_score(state: State, arch: str) -> float:
+    hosts = state.model.arches.get(arch, ())
+    return sum(state.score(h) for h in hosts) / len(hosts) if hosts else 0.0
+
+
+def _balance_gain(state: State, v: int, t: int, mean: float) -> float:
+    """How much moving ``v`` to ``t`` lowers the squared deviations of its source's and
+    ``t``'s scores from ``mean`` (negative: the move unbalances them)."""
+    s = state.host_of[v]
+    before = (state.score(s) - mean) ** 2 + (state.score(t) - mean) ** 2
+    after = (state.score_with(s, v, -1) - mean) ** 2 + (state.score_with(t, v, 1) - mean) ** 2
+    return before - after
+
+
+def _rank(state: State, v: int, t: int, mean: float) -> RepairKey:
+    """Rank of a move of member ``v`` to ``t`` that repairs its rule.
+
+    Fewest preferred rules broken, most repaired; then, for a source scoring above its
+    architecture's ``mean``, the largest balance gain: a big member off a hot host to a cold
+    one repairs and balances at once, where the smallest member first leaves the hot host to
+    more balance moves. A source at or below the mean gains nothing by giving load away (it
+    would spend a cold host's room the hot hosts need), so its smallest member goes, to the
+    target that balances best. Gains count in steps of ``GAIN_STEP``; memory, then names,
+    break ties.
+    """
+    breaks, repairs = preferred_delta(state, v, t)
+    gain = _balance_gain(state, v, t, mean)
+    useful = gain if state.score(state.host_of[v]) > mean else min(gain, 0.0)
+    model = state.model
+    vm = model.vms[v]
+    return (
+        breaks,
+        -repairs,
+        -round(useful / GAIN_STEP),
+        vm.memory,
+        -round(gain / GAIN_STEP),
+        vm.name,
+        model.hosts[t].name,
+    )
+
+
+def _no_target(state: State, g: GroupRule, movers: list[int]) -> Refusal:
+    """Why no move was tried: no host the movers may use lies in a domain that repairs."""
+    arch = "/".join(sorted({state.model.arch_of(state.host_of[m]) for m in movers}))
+    if g.kind == "spread":
+        where = f"is on a {g.topology_key or 'host'} with the fewest members"
+        text = f"no {arch} host they may use {where}"
+    elif g.topology_key is None:
+        text = f"every {arch} host they may use holds a member"
+    else:
+        text = f"every {arch} host they may use is on a {g.topology_key} holding a member"
+    return Refusal(f"rule {g.name}", text)
 
 
 def _improves(state: State, g: GroupRule, m: int, t: int, key: tuple[int, int]) -> Refusal | None:

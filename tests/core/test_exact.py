@@ -426,9 +426,29 @@ def test_a_solve_cut_off_by_the_clock_is_not_used(monkeypatch: pytest.MonkeyPatc
     # would change with it. Such a solve is dropped and the heuristic plan stands, every time.
     import scipy.optimize
 
-    d, s = _coupled()
+    # Memory % of 64 GiB: h0 56.25 (16 + 8 + 12), h1 46.9 (16 + 2 + 12), h2 empty; threshold
+    # 10. The optimum moves the two 12 GiB VMs to h2 (37.5 / 28.1 / 37.5); the greedy balance
+    # takes four moves, so the two plans differ.
+    d = desired(
+        [host("h0"), host("h1"), host("h2")],
+        basis="allocated",
+        score={"cpu": 0, "memory": 1},
+        threshold=10,
+    )
+    s = snapshot(
+        [host_state("h0"), host_state("h1"), host_state("h2")],
+        [
+            vm("v0", "h1", memory_gib=16),
+            vm("v1", "h1", memory_gib=2),
+            vm("v2", "h1", memory_gib=12),
+            vm("v3", "h0", memory_gib=16),
+            vm("v4", "h0", memory_gib=8),
+            vm("v5", "h0", memory_gib=12),
+        ],
+    )
     solved = run(d, s)
     assert solved.optimal is True
+    assert len(solved.moves) == 2
     real = scipy.optimize.milp
 
     def cut_off(*args: object, **kwargs: object) -> object:
