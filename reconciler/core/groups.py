@@ -2,7 +2,7 @@
 
 antiAffinity and spread move one member at a time from a crowded domain to an empty or thin
 one, each move strictly lowering the rule's (measure, sum of squares). Among the members and
-targets that do, the move that best balances the architecture wins (see :func:`_rank`): a big
+targets that do, the move that best balances the architecture wins (see :func:`_ranked`): a big
 member off a hot host repairs the rule and saves the balance moves that would otherwise
 follow. affinity brings every member onto one host in one unit (one wave): the host already
 holding most members if they fit there, else any host that takes them all.
@@ -10,6 +10,7 @@ holding most members if they fit there, else any host that takes them all.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 from reconciler.core.feasibility import Refusal, check_move, preferred_delta
@@ -35,6 +36,7 @@ moves (squared score points: a quarter point moved between hosts 20 apart gains 
 
 
 def groups(p: _Planner) -> None:
+    scores = _Scores(p.state)
     for g in p.model.rules.groups:
         if not g.required or p.state.counts[g.index].measure() == 0:
             continue
@@ -50,8 +52,9 @@ def groups(p: _Planner) -> None:
             )
         if g.kind == "affinity":
             affinity(p, g)
+            scores.clear()
         else:
-            repair(p, g, too_few)
+            repair(p, g, too_few, scores)
 
 
 def _members_by_domain(state: State, g: GroupRule) -> dict[str, list[int]]:
@@ -63,7 +66,7 @@ def _members_by_domain(state: State, g: GroupRule) -> dict[str, list[int]]:
     return out
 
 
-def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
+def repair(p: _Planner, g: GroupRule, too_few: bool, scores: _Scores) -> None:
     """antiAffinity and spread: move members from crowded to empty or thin domains."""
     state, model = p.state, p.model
     counts = state.counts[g.index]
@@ -88,30 +91,23 @@ def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
                 (stuck if fixed_reason(state, m) or m in p.out.moved else movers).append(m)
         targets = [
             h
-            for h in range(len(model.hosts))
-            if model.hosts[h].accepts
-            and counts.count(domain_of(g, h)) == target_count
-            and domain_of(g, h) is not None
+            for h, host in enumerate(model.hosts)
+            if host.accepts
+            and (dom := domain_of(g, h)) is not None
+            and counts.count(dom) == target_count
         ]
-        best: RepairKey | None = None
+        # Best ranked first; only those are checked for feasibility, until one passes.
+        ranked = _ranked(state, movers, targets, scores)
+        heapq.heapify(ranked)
         choice: tuple[int, int] | None = None
         refusals: list[Refusal] = []
-        means: dict[str, float] = {}
-        for m in movers:
-            allowed = set(candidate_hosts(state, m))
-            arch = model.arch_of(state.host_of[m])
-            if arch not in means:
-                means[arch] = _mean_score(state, arch)
-            for t in targets:
-                if t not in allowed:
-                    continue
-                refusal = check_move(state, m, t) or _improves(state, g, m, t, key)
-                if refusal is not None:
-                    refusals.append(refusal)
-                    continue
-                cand = _rank(state, m, t, means[arch])
-                if best is None or cand < best:
-                    best, choice = cand, (m, t)
+        while ranked:
+            _, m, t = heapq.heappop(ranked)
+            refusal = check_move(state, m, t) or _improves(state, g, m, t, key)
+            if refusal is None:
+                choice = m, t
+                break
+            refusals.append(refusal)
         if not refusals and choice is None and movers and targets:
             refusals.append(_no_target(state, g, movers))
         if choice is None:
@@ -145,7 +141,7 @@ def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
         m, t = choice
         s = state.host_of[m]
         d_from, d_to = domain_of(g, s), domain_of(g, t)
-        scores = (
+        effect = (
             f"{p.host(s)} scores {state.score(s):.1f} -> {state.score_with(s, m, -1):.1f}, "
             f"{p.host(t)} {state.score(t):.1f} -> {state.score_with(t, m, 1):.1f}"
         )
@@ -154,14 +150,15 @@ def repair(p: _Planner, g: GroupRule, too_few: bool) -> None:
             to = p.host(t) if g.topology_key is None else f"{p.host(t)} ({d_to})"
             detail = (
                 f"anti-affinity {g.name}: {p.name(m)} shares {where} with another "
-                f"member; {to} holds none ({scores})."
+                f"member; {to} holds none ({effect})."
             )
         else:
             detail = (
                 f"spread {g.name}: {d_from} holds {counts.count(d_from)} members and "
                 f"{d_to} {counts.count(d_to)} (maxSkew {g.max_skew}); "
-                f"{p.name(m)} moves to {p.host(t)} ({scores})."
+                f"{p.name(m)} moves to {p.host(t)} ({effect})."
             )
+        scores.moving(m, t)
         p.apply(m, t, reason, g.name, detail)
 
 
@@ -232,45 +229,102 @@ def affinity(p: _Planner, g: GroupRule) -> None:
 RepairKey = tuple[int, int, int, int, int, str, str]
 
 
-def _mean_score(state: State, arch: str) -> float:
-    hosts = state.model.arches.get(arch, ())
-    return sum(state.score(h) for h in hosts) / len(hosts) if hosts else 0.0
+class _Scores:
+    """Host scores and their mean per architecture (hosts that take VMs), kept current as
+    repairs move VMs, so a repair does not score every host again."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.scores: dict[int, float] = {}
+        self.sums: dict[str, float] = {}
+        self.hosts: dict[str, frozenset[int]] = {}
+
+    def score(self, h: int) -> float:
+        found = self.scores.get(h)
+        if found is None:
+            found = self.scores[h] = self.state.score(h)
+        return found
+
+    def mean(self, arch: str) -> float:
+        hosts = self.state.model.arches.get(arch, ())
+        if not hosts:
+            return 0.0
+        if arch not in self.sums:
+            self.sums[arch] = sum(self.score(h) for h in hosts)
+            self.hosts[arch] = frozenset(hosts)
+        return self.sums[arch] / len(hosts)
+
+    def moving(self, v: int, t: int) -> None:
+        """Before VM ``v`` moves to ``t``."""
+        state = self.state
+        s = state.host_of[v]
+        arch = state.model.arch_of(s)
+        for h, sign in ((s, -1), (t, 1)):
+            after = state.score_with(h, v, sign)
+            if arch in self.sums and h in self.hosts[arch]:
+                self.sums[arch] += after - self.score(h)
+            self.scores[h] = after
+
+    def clear(self) -> None:
+        self.scores.clear()
+        self.sums.clear()
 
 
-def _balance_gain(state: State, v: int, t: int, mean: float) -> float:
-    """How much moving ``v`` to ``t`` lowers the squared deviations of its source's and
-    ``t``'s scores from ``mean`` (negative: the move unbalances them)."""
-    s = state.host_of[v]
-    before = (state.score(s) - mean) ** 2 + (state.score(t) - mean) ** 2
-    after = (state.score_with(s, v, -1) - mean) ** 2 + (state.score_with(t, v, 1) - mean) ** 2
-    return before - after
-
-
-def _rank(state: State, v: int, t: int, mean: float) -> RepairKey:
-    """Rank of a move of member ``v`` to ``t`` that repairs its rule.
+def _ranked(
+    state: State, movers: list[int], targets: list[int], scores: _Scores
+) -> list[tuple[RepairKey, int, int]]:
+    """Every (member, target) pair a repair may try, with its rank, feasibility unchecked.
 
     Fewest preferred rules broken, most repaired; then, for a source scoring above its
-    architecture's ``mean``, the largest balance gain: a big member off a hot host to a cold
+    architecture's mean, the largest balance gain: how much the move lowers the squared
+    deviations of its two hosts' scores from the mean. A big member off a hot host to a cold
     one repairs and balances at once, where the smallest member first leaves the hot host to
     more balance moves. A source at or below the mean gains nothing by giving load away (it
     would spend a cold host's room the hot hosts need), so its smallest member goes, to the
     target that balances best. Gains count in steps of ``GAIN_STEP``; memory, then names,
     break ties.
     """
-    breaks, repairs = preferred_delta(state, v, t)
-    gain = _balance_gain(state, v, t, mean)
-    useful = gain if state.score(state.host_of[v]) > mean else min(gain, 0.0)
     model = state.model
-    vm = model.vms[v]
-    return (
-        breaks,
-        -repairs,
-        -round(useful / GAIN_STEP),
-        vm.memory,
-        -round(gain / GAIN_STEP),
-        vm.name,
-        model.hosts[t].name,
-    )
+    hosts = model.hosts
+    w = model.weights
+    rules = model.rules
+    out: list[tuple[RepairKey, int, int]] = []
+    for m in movers:
+        s = state.host_of[m]
+        mean = scores.mean(model.arch_of(s))
+        vm = model.vms[m]
+        hot = scores.score(s) > mean
+        source = (scores.score(s) - mean) ** 2 - (state.score_with(s, m, -1) - mean) ** 2
+        preferred = any(not r.required for r in rules.host_rules[m]) or any(
+            not rules.groups[gi].required for gi in rules.vm_groups[m]
+        )
+        breaks = repairs = 0
+        allowed = set(candidate_hosts(state, m))
+        for t in targets:
+            if t not in allowed:
+                continue
+            host = hosts[t]
+            if host.cpu_den > 0 and host.usable_memory > 0:  # score_with, inlined: hot path
+                after = w.cpu * (100.0 * (state.cpu_load[t] + vm.cpu_load) / host.cpu_den) + (
+                    w.memory * (100.0 * (state.mem_load[t] + vm.mem_load) / host.usable_memory)
+                )
+            else:
+                after = state.score_with(t, m, 1)
+            gain = source + (scores.score(t) - mean) ** 2 - (after - mean) ** 2
+            useful = gain if hot else min(gain, 0.0)
+            if preferred:
+                breaks, repairs = preferred_delta(state, m, t)
+            key = (
+                breaks,
+                -repairs,
+                -round(useful / GAIN_STEP),
+                vm.memory,
+                -round(gain / GAIN_STEP),
+                vm.name,
+                host.name,
+            )
+            out.append((key, m, t))
+    return out
 
 
 def _no_target(state: State, g: GroupRule, movers: list[int]) -> Refusal:
