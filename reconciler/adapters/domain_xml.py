@@ -206,6 +206,26 @@ _DEVICE_BLOCKERS: Final[
     ("filesystem", _filesystem_blocker),
 )
 """Each ``<devices>`` child that can block a migration, in the order they are reported."""
+_BLOCKER_OF: Final = dict(_DEVICE_BLOCKERS)
+
+
+def _device_blockers(devices: ET.Element | None, shared_paths: Sequence[str]) -> list[Unmigratable]:
+    """The blockers among ``<devices>``' children, by kind in ``_DEVICE_BLOCKERS`` order."""
+    if devices is None:
+        return []
+    found: dict[str, list[ET.Element]] | None = None
+    for element in devices:  # one pass: most domains have none of these kinds
+        if element.tag in _BLOCKER_OF:
+            found = found or {}
+            found.setdefault(element.tag, []).append(element)
+    out: list[Unmigratable] = []
+    if found:
+        for kind, blocker_of in _DEVICE_BLOCKERS:
+            for element in found.get(kind, ()):
+                blocker = blocker_of(element, shared_paths)
+                if blocker is not None:
+                    out.append(blocker)
+    return out
 
 
 def migration_blockers(
@@ -215,14 +235,7 @@ def migration_blockers(
     cpu_models_differ: bool = False,
 ) -> list[Unmigratable]:
     """What in this parsed ``<domain>`` stops a live migration; empty when nothing does."""
-    out: list[Unmigratable] = []
-    devices = domain.find("devices")
-    if devices is not None:
-        for kind, blocker_of in _DEVICE_BLOCKERS:
-            for element in devices.findall(kind):
-                blocker = blocker_of(element, shared_paths)
-                if blocker is not None:
-                    out.append(blocker)
+    out = _device_blockers(domain.find("devices"), shared_paths)
     mode = passthrough_cpu_mode(domain)
     if cpu_models_differ and mode is not None:
         out.append(passthrough_blocker(mode))
@@ -356,7 +369,7 @@ def read_parsed_domain(domain: ET.Element, *, shared_paths: Sequence[str] = ()) 
     return DomainReading(
         facts=domain_facts(domain),
         metadata=parse_metadata_element(domain),
-        blockers=migration_blockers(domain, shared_paths=shared_paths),
+        blockers=_device_blockers(domain.find("devices"), shared_paths),
         passthrough=passthrough_cpu_mode(domain),
     )
 
