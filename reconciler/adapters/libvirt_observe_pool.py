@@ -147,10 +147,11 @@ def observe_hosts(
     if not hosts:
         return []
     libvirt.registerErrorHandler(lambda *_: None, None)  # errors are reported, not printed
-    ensure_event_loop()
+    waiting = sum(1 for _, uri in hosts if not in_process(uri))
+    if waiting:
+        ensure_event_loop()  # keepalive on connections over a socket needs it
     probes = [Probe(name=name, uri=uri, settings=settings) for name, uri in hosts]
     pool = _Pool(probes, settings.sample_interval)
-    waiting = sum(1 for _, uri in hosts if not in_process(uri))
     return pool.watch(max(1, min(threads, waiting + 1)))
 
 
