@@ -19,6 +19,8 @@ others' time.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import heapq
 import os
@@ -147,12 +149,29 @@ def observe_hosts(
     if not hosts:
         return []
     libvirt.registerErrorHandler(lambda *_: None, None)  # errors are reported, not printed
+    _one_malloc_arena()
     waiting = sum(1 for _, uri in hosts if not in_process(uri))
     if waiting:
         ensure_event_loop()  # keepalive on connections over a socket needs it
     probes = [Probe(name=name, uri=uri, settings=settings) for name, uri in hosts]
     pool = _Pool(probes, settings.sample_interval)
     return pool.watch(max(1, min(threads, waiting + 1)))
+
+
+_M_ARENA_MAX: Final = -8
+"""glibc's ``mallopt`` parameter for the most malloc arenas (``malloc.h``)."""
+
+
+def _one_malloc_arena() -> None:
+    """Let the workers allocate in glibc's main malloc arena, as the main thread does.
+
+    A thread's own arena is emptied and grown again around every host (a test-driver
+    connection's whole state is freed when it closes): about 1.4M more instructions a host,
+    2% of the work. It takes effect for threads that get an arena from now on, process-wide;
+    elsewhere than glibc there is no ``mallopt`` and nothing happens.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
 
 
 def in_process(uri: str) -> bool:
