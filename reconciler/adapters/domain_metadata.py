@@ -51,6 +51,11 @@ _NO_STATE = ReconcilerState()
 """Shared by every VM without a state (frozen): one model less per VM, pickled once."""
 
 
+def no_metadata() -> DomainMetadata:
+    """What a domain without the reconciler's metadata has: no labels, no history."""
+    return DomainMetadata(state=_NO_STATE)
+
+
 def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
@@ -73,7 +78,7 @@ def parse_metadata_element(element: ET.Element) -> DomainMetadata:
     """
     root = _find_root(element)
     if root is None:
-        return DomainMetadata(state=_NO_STATE)
+        return no_metadata()
     labels: dict[str, str] = {}
     state = _NO_STATE
     failure: FailedMove | None = None
@@ -144,7 +149,7 @@ def parse_metadata(xml: str) -> DomainMetadata:
     try:
         element = ET.fromstring(xml)
     except ET.ParseError:
-        return DomainMetadata(state=_NO_STATE)
+        return no_metadata()
     return parse_metadata_element(element)
 
 

@@ -22,10 +22,15 @@ What blocks live migration (``UnmigratableReason``):
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
+from reconciler.adapters.domain_metadata import (
+    DomainMetadata,
+    no_metadata,
+    parse_metadata_element,
+)
 from reconciler.model.snapshot import Unmigratable, UnmigratableReason
 
 _LOCAL_DISK_TYPES = {"file", "block", "dir", "volume"}
@@ -143,6 +148,86 @@ def _disk_blocker(disk: ET.Element, shared_paths: Sequence[str]) -> Unmigratable
     )
 
 
+def _hostdev_blocker(hostdev: ET.Element, _shared: Sequence[str]) -> Unmigratable | None:
+    kind = hostdev.get("type", "?")
+    if kind == "mdev":
+        addr = hostdev.find("source/address")
+        uuid = addr.get("uuid", "?") if addr is not None else "?"
+        return Unmigratable(
+            code=UnmigratableReason.MEDIATED_DEVICE, detail=f"mediated device {uuid}"
+        )
+    return Unmigratable(
+        code=UnmigratableReason.HOST_DEVICE,
+        detail=f"{kind} host device {_address(hostdev)}".replace("  ", " "),
+    )
+
+
+def _interface_blocker(iface: ET.Element, _shared: Sequence[str]) -> Unmigratable | None:
+    if iface.get("type") != "hostdev":
+        return None
+    return Unmigratable(
+        code=UnmigratableReason.HOST_DEVICE,
+        detail=f"interface passes through PCI device {_address(iface)}",
+    )
+
+
+def _tpm_blocker(tpm: ET.Element, _shared: Sequence[str]) -> Unmigratable | None:
+    backend = tpm.find("backend")
+    kind = backend.get("type", "?") if backend is not None else "?"
+    return Unmigratable(
+        code=UnmigratableReason.VTPM, detail=f"TPM {tpm.get('model', '?')} with {kind} backend"
+    )
+
+
+def _shmem_blocker(shmem: ET.Element, _shared: Sequence[str]) -> Unmigratable | None:
+    return Unmigratable(
+        code=UnmigratableReason.SHARED_MEMORY,
+        detail=f"shared memory device {shmem.get('name', '?')}",
+    )
+
+
+def _filesystem_blocker(fs: ET.Element, _shared: Sequence[str]) -> Unmigratable | None:
+    driver = fs.find("driver")
+    if driver is None or driver.get("type") != "virtiofs":
+        return None
+    target = fs.find("target")
+    tag = target.get("dir", "?") if target is not None else "?"
+    return Unmigratable(code=UnmigratableReason.OTHER, detail=f"virtiofs share {tag}")
+
+
+_DEVICE_BLOCKERS: Final[
+    tuple[tuple[str, Callable[[ET.Element, Sequence[str]], Unmigratable | None]], ...]
+] = (
+    ("disk", _disk_blocker),
+    ("hostdev", _hostdev_blocker),
+    ("interface", _interface_blocker),
+    ("tpm", _tpm_blocker),
+    ("shmem", _shmem_blocker),
+    ("filesystem", _filesystem_blocker),
+)
+"""Each ``<devices>`` child that can block a migration, in the order they are reported."""
+_BLOCKER_OF: Final = dict(_DEVICE_BLOCKERS)
+
+
+def _device_blockers(devices: ET.Element | None, shared_paths: Sequence[str]) -> list[Unmigratable]:
+    """The blockers among ``<devices>``' children, by kind in ``_DEVICE_BLOCKERS`` order."""
+    if devices is None:
+        return []
+    found: dict[str, list[ET.Element]] | None = None
+    for element in devices:  # one pass: most domains have none of these kinds
+        if element.tag in _BLOCKER_OF:
+            found = found or {}
+            found.setdefault(element.tag, []).append(element)
+    out: list[Unmigratable] = []
+    if found:
+        for kind, blocker_of in _DEVICE_BLOCKERS:
+            for element in found.get(kind, ()):
+                blocker = blocker_of(element, shared_paths)
+                if blocker is not None:
+                    out.append(blocker)
+    return out
+
+
 def migration_blockers(
     domain: ET.Element,
     *,
@@ -150,62 +235,7 @@ def migration_blockers(
     cpu_models_differ: bool = False,
 ) -> list[Unmigratable]:
     """What in this parsed ``<domain>`` stops a live migration; empty when nothing does."""
-    out: list[Unmigratable] = []
-    devices = domain.find("devices")
-    if devices is not None:
-        for disk in devices.findall("disk"):
-            blocker = _disk_blocker(disk, shared_paths)
-            if blocker is not None:
-                out.append(blocker)
-        for hostdev in devices.findall("hostdev"):
-            kind = hostdev.get("type", "?")
-            if kind == "mdev":
-                addr = hostdev.find("source/address")
-                uuid = addr.get("uuid", "?") if addr is not None else "?"
-                out.append(
-                    Unmigratable(
-                        code=UnmigratableReason.MEDIATED_DEVICE, detail=f"mediated device {uuid}"
-                    )
-                )
-            else:
-                out.append(
-                    Unmigratable(
-                        code=UnmigratableReason.HOST_DEVICE,
-                        detail=f"{kind} host device {_address(hostdev)}".replace("  ", " "),
-                    )
-                )
-        for iface in devices.findall("interface"):
-            if iface.get("type") == "hostdev":
-                out.append(
-                    Unmigratable(
-                        code=UnmigratableReason.HOST_DEVICE,
-                        detail=f"interface passes through PCI device {_address(iface)}",
-                    )
-                )
-        for tpm in devices.findall("tpm"):
-            backend = tpm.find("backend")
-            kind = backend.get("type", "?") if backend is not None else "?"
-            out.append(
-                Unmigratable(
-                    code=UnmigratableReason.VTPM,
-                    detail=f"TPM {tpm.get('model', '?')} with {kind} backend",
-                )
-            )
-        for shmem in devices.findall("shmem"):
-            out.append(
-                Unmigratable(
-                    code=UnmigratableReason.SHARED_MEMORY,
-                    detail=f"shared memory device {shmem.get('name', '?')}",
-                )
-            )
-        for fs in devices.findall("filesystem"):
-            driver = fs.find("driver")
-            if driver is not None and driver.get("type") == "virtiofs":
-                target = fs.find("target")
-                tag = target.get("dir", "?") if target is not None else "?"
-                out.append(
-                    Unmigratable(code=UnmigratableReason.OTHER, detail=f"virtiofs share {tag}")
-                )
+    out = _device_blockers(domain.find("devices"), shared_paths)
     mode = passthrough_cpu_mode(domain)
     if cpu_models_differ and mode is not None:
         out.append(passthrough_blocker(mode))
@@ -257,4 +287,97 @@ def migration_blockers_from_xml(
         return [Unmigratable(code=UnmigratableReason.OTHER, detail=f"domain XML unreadable: {err}")]
     return migration_blockers(
         domain, shared_paths=shared_paths, cpu_models_differ=cpu_models_differ
+    )
+
+
+class DomainReading(NamedTuple):
+    """What the observer takes from one domain XML."""
+
+    facts: DomainFacts
+    metadata: DomainMetadata
+    blockers: list[Unmigratable]
+    """Found in the XML alone; a CPU mode that blocks only among mixed hosts is not here."""
+    passthrough: str | None
+    """``passthrough_cpu_mode`` of the domain."""
+
+
+def read_domain(xml: str | None, *, shared_paths: Sequence[str] = ()) -> DomainReading:
+    """Everything the observer needs from one domain XML (None: libvirt gave none).
+
+    XML that does not parse gives one ``Other`` blocker and no facts.
+    """
+    if xml is None:
+        return _unreadable("domain XML not available")
+    try:
+        domain = ET.fromstring(xml)
+    except ET.ParseError as err:
+        return _unreadable(f"domain XML unreadable: {err}")
+    return read_parsed_domain(domain, shared_paths=shared_paths)
+
+
+_DOC: Final = "reconciler-document"
+"""The element each text is wrapped in when several are parsed at once."""
+
+
+def read_domains(
+    xmls: Sequence[str | None], *, shared_paths: Sequence[str] = ()
+) -> list[DomainReading]:
+    """``read_domain`` of each text; the same answers, parsed in one go where they allow.
+
+    One ElementTree parse of all of them, each wrapped in an element of its own, costs about
+    half of one parse each (a parser per document is a large share of a small document).
+    It is used only when every wrapper holds exactly one element and nothing else; otherwise
+    (a text that does not parse alone, an XML declaration or DOCTYPE, which only a document's
+    start may have) each text is parsed on its own.
+    """
+    present = [xml for xml in xmls if xml is not None]
+    together = _parse_together(present) if len(present) > 1 else None
+    if together is None:
+        return [read_domain(xml, shared_paths=shared_paths) for xml in xmls]
+    domains = iter(together)
+    return [
+        _unreadable("domain XML not available")
+        if xml is None
+        else read_parsed_domain(next(domains), shared_paths=shared_paths)
+        for xml in xmls
+    ]
+
+
+def _parse_together(xmls: list[str]) -> list[ET.Element] | None:
+    """The root element of each text, or None unless each parses as one document alone."""
+    wrapped = f"<{_DOC}>" + f"</{_DOC}><{_DOC}>".join(xmls) + f"</{_DOC}>"
+    try:
+        outer = ET.fromstring(f"<{_DOC}s>{wrapped}</{_DOC}s>")
+    except ET.ParseError:
+        return None
+    if len(outer) != len(xmls):
+        return None
+    roots: list[ET.Element] = []
+    for doc in outer:
+        if len(doc) != 1 or (doc.text and doc.text.strip()):
+            return None
+        root = doc[0]
+        if root.tail and root.tail.strip():
+            return None  # text after the root: not a document on its own
+        root.tail = None  # as alone: a document's root has no text after it
+        roots.append(root)
+    return roots
+
+
+def read_parsed_domain(domain: ET.Element, *, shared_paths: Sequence[str] = ()) -> DomainReading:
+    """``read_domain`` of a parsed ``<domain>``."""
+    return DomainReading(
+        facts=domain_facts(domain),
+        metadata=parse_metadata_element(domain),
+        blockers=_device_blockers(domain.find("devices"), shared_paths),
+        passthrough=passthrough_cpu_mode(domain),
+    )
+
+
+def _unreadable(detail: str) -> DomainReading:
+    return DomainReading(
+        facts=DomainFacts(vcpus=0, memory_max=0, memory_current=0),
+        metadata=no_metadata(),
+        blockers=[Unmigratable(code=UnmigratableReason.OTHER, detail=detail)],
+        passthrough=None,
     )

@@ -2,8 +2,10 @@
 
 ``first_sweep`` opens the connection and takes everything (host facts, the first CPU sample,
 every VM's stats and XML); ``second_sweep`` takes the second CPU sample, closes the connection
-and builds the models. The pool (``libvirt_observe_pool``) runs the second step of a host once
-its sample interval has passed, so no thread sleeps for a host.
+and gives the host as plain values (``RawHost``), which cross between processes far more
+cheaply than models; ``libvirt_observe_result`` builds the models from them. The pool
+(``libvirt_observe_pool``) runs the second step of a host once its sample interval has
+passed, so no thread sleeps for a host.
 
 Every libvirt call goes through ``Probe.call``, which records when it started: the pool's
 watchdog cuts a host off when one call has waited longer than its timeout. Parsing happens
@@ -22,78 +24,11 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
-from reconciler.adapters.domain_metadata import parse_metadata_element
-from reconciler.adapters.domain_xml import (
-    domain_facts,
-    migration_blockers,
-    passthrough_cpu_mode,
-)
+from reconciler.adapters.domain_xml import read_domains
 from reconciler.errors import HostTimeout, HostUnreachable
-from reconciler.model.base import HostName, VmName, VmUuid
-from reconciler.model.snapshot import (
-    HostState,
-    ReconcilerState,
-    Unmigratable,
-    UnmigratableReason,
-    VmRunState,
-    VmState,
-)
+from reconciler.model.snapshot import ReconcilerState, Unmigratable
 
 T = TypeVar("T")
-
-# libvirt's virDomain*Reason enums, by state
-_REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
-    VmRunState.RUNNING: (
-        "unknown",
-        "booted",
-        "migrated",
-        "restored",
-        "from snapshot",
-        "unpaused",
-        "migration canceled",
-        "save canceled",
-        "wakeup",
-        "crashed",
-        "post-copy",
-        "post-copy failed",
-    ),
-    VmRunState.PAUSED: (
-        "unknown",
-        "user",
-        "migration",
-        "save",
-        "dump",
-        "I/O error",
-        "watchdog",
-        "from snapshot",
-        "shutting down",
-        "snapshot",
-        "crashed",
-        "starting up",
-        "post-copy",
-        "post-copy failed",
-        "API error",
-    ),
-    VmRunState.SHUTDOWN: ("unknown", "user", "daemon"),
-    VmRunState.SHUTOFF: (
-        "unknown",
-        "shutdown",
-        "destroyed",
-        "crashed",
-        "migrated",
-        "saved",
-        "failed",
-        "from snapshot",
-        "daemon",
-    ),
-    VmRunState.CRASHED: ("unknown", "panicked"),
-    VmRunState.PMSUSPENDED: ("unknown",),
-    VmRunState.BLOCKED: ("unknown",),
-    VmRunState.NOSTATE: ("unknown",),
-}
-MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
-_STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
-"""By libvirt's numeric code (``VmRunState.from_code`` without listing the enum per VM)."""
 
 _STATS: Final = (
     libvirt.VIR_DOMAIN_STATS_STATE
@@ -125,6 +60,8 @@ class _Vm:
 
     name: str
     uuid: str
+    raw_uuid: bytes
+    """As ``virDomainGetUUID`` gives it: the second sweep's key (no text formatting)."""
     stats: dict[str, Any]
     persistent: bool
     facts_vcpus: int
@@ -246,7 +183,7 @@ def first_sweep(probe: Probe) -> None:
     records = probe.call("getAllDomainStats", conn.getAllDomainStats, _STATS, 0)
     probe.first_at = (before + time.monotonic()) / 2
     transient = {
-        d.UUIDString()
+        d.UUID()
         for d in probe.call(
             "listAllDomains", conn.listAllDomains, libvirt.VIR_CONNECT_LIST_DOMAINS_TRANSIENT
         )
@@ -265,12 +202,12 @@ def first_sweep(probe: Probe) -> None:
                 continue
             raise
     # everything below is local work, outside any call's deadline
-    root = ET.fromstring(caps)
+    host = capabilities_host(caps)
     probe.host = {
-        "uuid": root.findtext("host/uuid"),
+        "uuid": None if host is None else host.findtext("uuid"),
         "hostname": hostname,
-        "arch": root.findtext("host/cpu/arch"),
-        "cpu_model": root.findtext("host/cpu/model"),
+        "arch": None if host is None else host.findtext("cpu/arch"),
+        "cpu_model": None if host is None else host.findtext("cpu/model"),
         "cpus": int(info[2]),
         "memory_total": int(info[1]) * 1024**2,
         "memory_free": int(free),
@@ -278,68 +215,95 @@ def first_sweep(probe: Probe) -> None:
         "hypervisor": str(hv_type),
         "hypervisor_version": _version(int(hv_version)),
     }
-    probe.vms = [
-        _parse_vm(dom.name(), dom.UUIDString(), stats, xml, probe.settings.shared_paths, transient)
-        for (dom, stats), xml in zip(records, xmls, strict=True)
-    ]
+    probe.vms = _parse_vms(records, xmls, probe.settings.shared_paths, transient)
 
 
-def _parse_vm(
-    name: str,
-    uuid: str,
-    stats: dict[str, Any],
-    xml: str | None,
+def capabilities_host(caps: str) -> ET.Element | None:
+    """The ``<host>`` element of a capabilities XML, parsed without the guests after it.
+
+    libvirt writes ``<host>`` first, before a ``<guest>`` per emulator and machine type,
+    which make up most of a real host's capabilities. The cut is used only when nothing but
+    the root's plain start tag comes before it; it cannot end early and still parse (a
+    ``</host>`` inside it could only be in a comment or CDATA, left open by the cut).
+    """
+    start = caps.find("<host>")
+    end = caps.find("</host>", start)
+    if start > 0 and end > 0 and caps[:start].strip() == "<capabilities>":
+        with contextlib.suppress(ET.ParseError):
+            return ET.fromstring(caps[start : end + len("</host>")])
+    return ET.fromstring(caps).find("host")
+
+
+def _parse_vms(
+    records: list[tuple[Any, dict[str, Any]]],
+    xmls: list[str | None],
     shared_paths: tuple[str, ...],
-    transient: set[str],
-) -> _Vm:
-    domain: ET.Element | None = None
-    blockers: list[Unmigratable] = []
-    if xml is not None:
-        try:
-            domain = ET.fromstring(xml)
-        except ET.ParseError as err:
-            blockers.append(
-                Unmigratable(code=UnmigratableReason.OTHER, detail=f"domain XML unreadable: {err}")
+    transient: set[bytes],
+) -> list[_Vm]:
+    """The VMs of one host from their first stats and XML (all parsed at once)."""
+    vms: list[_Vm] = []
+    for (dom, stats), reading in zip(
+        records, read_domains(xmls, shared_paths=shared_paths), strict=True
+    ):
+        raw = dom.UUID()
+        facts, meta = reading.facts, reading.metadata
+        vms.append(
+            _Vm(
+                name=dom.name(),
+                uuid=_uuid_text(raw),
+                raw_uuid=raw,
+                stats=stats,
+                persistent=raw not in transient,
+                facts_vcpus=facts.vcpus,
+                facts_memory_max=facts.memory_max,
+                facts_memory_current=facts.memory_current,
+                labels=meta.labels,
+                reconciler=meta.state,
+                blockers=reading.blockers,
+                passthrough=reading.passthrough,
             )
-    else:
-        blockers.append(
-            Unmigratable(code=UnmigratableReason.OTHER, detail="domain XML not available")
         )
-    if domain is None:
-        return _Vm(
-            name=name,
-            uuid=uuid,
-            stats=stats,
-            persistent=uuid not in transient,
-            facts_vcpus=0,
-            facts_memory_max=0,
-            facts_memory_current=0,
-            labels={},
-            reconciler=ReconcilerState(),
-            blockers=blockers,
-            passthrough=None,
-        )
-    facts = domain_facts(domain)
-    meta = parse_metadata_element(domain)
-    blockers += migration_blockers(domain, shared_paths=shared_paths)
-    passthrough = passthrough_cpu_mode(domain)
-    return _Vm(
-        name=name,
-        uuid=uuid,
-        stats=stats,
-        persistent=uuid not in transient,
-        facts_vcpus=facts.vcpus,
-        facts_memory_max=facts.memory_max,
-        facts_memory_current=facts.memory_current,
-        labels=meta.labels,
-        reconciler=meta.state,
-        blockers=blockers,
-        passthrough=passthrough,
-    )
+    return vms
 
 
-def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | None]]]:
-    """The second CPU sample, then the models; closes the connection.
+def _uuid_text(raw: bytes) -> str:
+    """``virDomainGetUUIDString`` without its call: libvirt formats it through printf."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+RawVm = tuple[
+    str,  # name
+    str,  # uuid
+    int,  # state: libvirt's virDomainState code
+    object,  # the state's reason code, as libvirt gave it
+    bool,  # persistent
+    int,  # vcpus
+    int,  # memory_max, bytes
+    int,  # memory_current, bytes
+    float | None,  # cpu_used, cores
+    int | None,  # memory_used, bytes
+    dict[str, str],  # labels
+    ReconcilerState,
+    list[Unmigratable],  # what the XML alone says blocks a migration
+    str | None,  # CPU mode when host-passthrough or maximum
+]
+"""One VM as plain values, in ``VmState``'s terms."""
+RawHost = tuple[
+    str,  # name
+    str,  # uri
+    dict[str, Any] | None,  # host facts (HostState's fields); None: unreachable
+    float | None,  # CPU busy, percent
+    str | None,  # why it is unreachable
+    int,  # libvirt calls
+    float,  # seconds waited for answers
+    list[RawVm],
+]
+"""One host as plain values: what the pool returns and a worker process sends back."""
+
+
+def second_sweep(probe: Probe) -> RawHost:
+    """The second CPU sample, then the host as plain values; closes the connection.
 
     Each VM comes with its CPU mode when that is host-passthrough or maximum: whether that
     blocks migration depends on every host's CPU model, known only to the caller.
@@ -352,36 +316,16 @@ def second_sweep(probe: Probe) -> tuple[HostState, list[tuple[VmState, str | Non
     )
     elapsed_ns = int(((before + time.monotonic()) / 2 - probe.first_at) * 1e9)
     probe.close()
-    cpu_after = {dom.UUIDString(): stats.get("cpu.time") for dom, stats in second}
-    vms = [
-        (_vm_state(probe.name, vm, cpu_after.get(vm.uuid), elapsed_ns), vm.passthrough)
-        for vm in probe.vms
-    ]
-    host = HostState(
-        name=HostName(probe.name),
-        uri=probe.uri,
-        reachable=True,
-        cpu_utilisation=_host_cpu_busy(probe.cpu_first, cpu_second),
-        libvirt_calls=probe.calls,
-        observe_seconds=round(probe.waited, 4),
-        **probe.host,
-    )
-    return host, vms
+    cpu_after = {dom.UUID(): stats.get("cpu.time") for dom, stats in second}
+    del second  # its domain objects, freed now rather than with the results
+    vms = [_raw_vm(vm, cpu_after.get(vm.raw_uuid), elapsed_ns) for vm in probe.vms]
+    probe.vms = []
+    busy = _host_cpu_busy(probe.cpu_first, cpu_second)
+    return probe.name, probe.uri, probe.host, busy, None, probe.calls, round(probe.waited, 4), vms
 
 
-def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> VmState:
+def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
     stats = vm.stats
-    code = stats.get("state.state", 0)
-    state = (
-        _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
-    )
-    reasons = _REASONS[state]
-    reason_code = stats.get("state.reason", 0)
-    reason = (
-        reasons[reason_code]
-        if isinstance(reason_code, int) and 0 <= reason_code < len(reasons)
-        else str(reason_code)
-    )
     cpu_used: float | None = None
     cpu_before = stats.get("cpu.time")
     if (
@@ -392,46 +336,35 @@ def _vm_state(host: str, vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> Vm
     ):
         cpu_used = round((cpu_time_after - cpu_before) / elapsed_ns, 4)
     memory_used = _kib(stats, "balloon.rss")
-    available, unused = _kib(stats, "balloon.available"), _kib(stats, "balloon.unused")
-    if memory_used is None and available is not None and unused is not None:
-        memory_used = max(0, available - unused)
+    if memory_used is None:
+        available, unused = _kib(stats, "balloon.available"), _kib(stats, "balloon.unused")
+        if available is not None and unused is not None:
+            memory_used = max(0, available - unused)
     vcpus = stats.get("vcpu.current")
     memory_max = _kib(stats, "balloon.maximum")
     memory_current = _kib(stats, "balloon.current")
-    blockers = list(vm.blockers)
-    if state not in MIGRATABLE_STATES:
-        blockers.insert(
-            0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
-        )
-    return VmState(
-        name=VmName(vm.name),
-        uuid=VmUuid(vm.uuid),
-        host=HostName(host),
-        state=state,
-        state_reason=reason,
-        persistent=vm.persistent,
-        vcpus=vcpus if isinstance(vcpus, int) else vm.facts_vcpus,
-        memory_max=memory_max if memory_max is not None else vm.facts_memory_max,
-        memory_current=memory_current if memory_current is not None else vm.facts_memory_current,
-        cpu_used=cpu_used,
-        memory_used=memory_used,
-        labels=vm.labels,
-        reconciler=vm.reconciler,
-        migratable=not blockers,
-        unmigratable=blockers,
+    return (
+        vm.name,
+        vm.uuid,
+        stats.get("state.state", 0),
+        stats.get("state.reason", 0),
+        vm.persistent,
+        vcpus if isinstance(vcpus, int) else vm.facts_vcpus,
+        memory_max if memory_max is not None else vm.facts_memory_max,
+        memory_current if memory_current is not None else vm.facts_memory_current,
+        cpu_used,
+        memory_used,
+        vm.labels,
+        vm.reconciler,
+        vm.blockers,
+        vm.passthrough,
     )
 
 
-def unreachable(probe: Probe, error: Exception) -> HostState:
+def unreachable(probe: Probe, error: Exception) -> RawHost:
     """The host as reported when it failed: never empty, always with the reason."""
-    return HostState(
-        name=HostName(probe.name),
-        uri=probe.uri,
-        reachable=False,
-        error=str(error),
-        libvirt_calls=probe.calls,
-        observe_seconds=round(max(0.0, probe.waited), 4),
-    )
+    waited = round(max(0.0, probe.waited), 4)
+    return probe.name, probe.uri, None, None, str(error), probe.calls, waited, []
 
 
 def _version(number: int) -> str:

@@ -13,8 +13,11 @@ import libvirt
 import pytest
 
 from reconciler.adapters import libvirt_observe_host as observe_host
+from reconciler.adapters import libvirt_observe_pool as observe_pool
 from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab import node_xml, write_node_files
+from reconciler.adapters.libvirt_observe_host import RawVm
+from reconciler.adapters.libvirt_observe_result import host_result
 from reconciler.adapters.libvirt_observer import observe_cluster, observe_settings
 from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot
 from reconciler.errors import ConfigError
@@ -287,13 +290,13 @@ def test_a_call_deadline_does_not_count_local_parsing(
 ) -> None:
     # this machine is slow to parse (busy), the host answers at once: the host is fine
     uri = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
-    slow_parse = observe_host._parse_vm
+    slow_parse = observe_host._parse_vms
 
     def busy(*args: Any) -> Any:
         time.sleep(0.4)
         return slow_parse(*args)
 
-    monkeypatch.setattr(observe_host, "_parse_vm", busy)
+    monkeypatch.setattr(observe_host, "_parse_vms", busy)
     snap = observe_cluster(cluster_of(("kvm-01", uri)), call_timeout=0.2, sample_interval=0)
     assert snap.hosts[0].reachable, snap.hosts[0].error
     assert [vm.name for vm in snap.vms] == ["web-1"]
@@ -367,3 +370,57 @@ def test_processes_give_the_same_snapshot(tmp_path: Path) -> None:
 )
 def test_keepalive_only_on_connections_that_cross_a_socket(uri: str, remote: bool) -> None:
     assert observe_host._is_remote(uri) is remote
+
+
+def test_values_that_make_no_valid_model_make_the_host_unreachable() -> None:
+    good: RawVm = (
+        "web-1", "11111111-2222-4333-8444-000000000001", 1, 1, True, 2, 1 << 30, 1 << 30,
+        0.5, None, {"app": "web"}, ReconcilerState(), [], None,
+    )  # fmt: skip
+    bad = (*good[:6], -1024, *good[7:])  # a negative size, say from a domain XML
+    facts = {"cpus": 4, "memory_total": 8 << 30}
+    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good]))
+    assert host.reachable
+    assert (host.cpu_utilisation, host.libvirt_calls, host.cpus) == (12.5, 40, 4)
+    assert [(vm.name, vm.state, vm.state_reason, vm.host) for vm, _ in vms] == [
+        ("web-1", VmRunState.RUNNING, "booted", "kvm-01")
+    ]
+    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good, bad]))
+    assert not host.reachable
+    assert vms == []
+    assert "observing test:///x failed" in (host.error or "")
+    assert host.libvirt_calls == 40
+
+
+def test_test_driver_hosts_share_one_thread_socket_hosts_get_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the test driver runs in this process: a second thread would only contend for the GIL
+    running: list[int] = [0]
+    most: list[int] = [0]
+    first_sweep = observe_host.first_sweep
+
+    def counted(probe: observe_host.Probe) -> None:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.05)
+            first_sweep(probe)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(observe_pool, "first_sweep", counted)
+    cluster = write_node_files(tmp_path / "nodes", 6, 1)
+    snap = observe_cluster(cluster, sample_interval=0, concurrency=4, processes=1)
+    assert all(h.reachable for h in snap.hosts)
+    assert most[0] == 1
+    missing = [
+        Host(name=f"gone-{i}", uri=f"qemu+unix:///system?socket={tmp_path}/none-{i}")
+        for i in range(3)
+    ]
+    spec = cluster.spec.model_copy(update={"hosts": [*cluster.spec.hosts, *missing]})
+    mixed = cluster.model_copy(update={"spec": spec})
+    most[0] = 0
+    snap = observe_cluster(mixed, sample_interval=0, concurrency=4, processes=1)
+    assert [h.reachable for h in snap.hosts] == [True] * 6 + [False] * 3
+    assert most[0] > 1
