@@ -149,7 +149,6 @@ def observe_hosts(
     if not hosts:
         return []
     libvirt.registerErrorHandler(lambda *_: None, None)  # errors are reported, not printed
-    _one_malloc_arena()
     waiting = sum(1 for _, uri in hosts if not in_process(uri))
     if waiting:
         ensure_event_loop()  # keepalive on connections over a socket needs it
@@ -188,6 +187,7 @@ def child_main() -> None:
     counting or at its exit, and the collector would only rescan it.
     """
     gc.disable()
+    _one_malloc_arena()
     hosts, settings, threads = pickle.load(sys.stdin.buffer)
     out = pickle.dumps(observe_hosts(hosts, settings, threads), pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.write(out)
