@@ -166,7 +166,8 @@ def _one_malloc_arena() -> None:
 
     A thread's own arena is emptied and grown again around every host (a test-driver
     connection's whole state is freed when it closes): about 1.4M more instructions a host,
-    2% of the work. It takes effect for threads that get an arena from now on, process-wide;
+    2% of the work. It takes effect for threads that get an arena from now on, process-wide,
+    so only the worker process sets it (not a long-running ``run`` with threads of its own);
     elsewhere than glibc there is no ``mallopt`` and nothing happens.
     """
     with contextlib.suppress(OSError, AttributeError):
