@@ -9,6 +9,8 @@ Scenarios:
   observer's, so both see the same machine load; the ratio is per round (median printed).
 - ``test-driver``: ``observe_cluster`` of HOSTS libvirt test-driver hosts with VMS VMs each
   (in-process driver, no daemons), default settings (sample interval 0.5 s).
+- ``one core``: the same pair of rounds with this process and its workers pinned to one CPU,
+  as when other work holds the other core: the observer's wall time then follows its CPU.
 - ``busy``: the same while 2 processes per core spin, with a call and connect timeout of 3 s:
   no healthy host may be reported unreachable.
 - ``+ hung``: a share of the hosts plus three whose socket accepts and never answers; each is
@@ -160,6 +162,38 @@ def baseline(cluster: Cluster) -> tuple[float, float, int]:
     return time.perf_counter() - began, cpu_seconds() - cpu, vms
 
 
+@contextlib.contextmanager
+def pinned_to_one_cpu() -> Iterator[int]:
+    """This process (and the workers it starts) on one CPU for the duration."""
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def one_core(rows: list[list[str]], cluster: Cluster, rounds: int, size: str) -> list[str]:
+    """Baseline/observer pairs with both on one CPU: the ratio when only one core is free."""
+    ratios = []
+    with pinned_to_one_cpu() as cpu:
+        for _ in range(rounds):
+            plain, plain_cpu, vms = baseline(cluster)
+            rows.append(
+                [f"baseline loop, CPU {cpu} only", "", str(vms), f"{plain:.2f}", f"{plain_cpu:.2f}"]
+                + [""] * 3
+            )
+            row, wall = run(f"test-driver {size}, CPU {cpu} only", cluster)
+            rows.append(row)
+            ratios.append(wall / plain)
+    rounds_text = ", ".join(f"{r:.2f}x" for r in ratios)
+    return [
+        f"one CPU: observer/baseline per round {rounds_text},"
+        f" median {statistics.median(ratios):.2f}x"
+    ]
+
+
 def _spin(stop: Any) -> None:
     while not stop.is_set():
         pass
@@ -190,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vms", type=int, default=27, help="VMs per test-driver host")
     parser.add_argument("--rounds", type=int, default=3, help="baseline/observer pairs")
     parser.add_argument("--no-lab", action="store_true", help="skip the real-lab scenarios")
+    parser.add_argument(
+        "--one-core-rounds", type=int, default=3, help="baseline/observer pairs on one CPU"
+    )
     args = parser.parse_args(argv)
     rows: list[list[str]] = []
     notes: list[str] = []
@@ -210,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             f"observer/baseline, median of {args.rounds} rounds: {statistics.median(ratios):.2f}x"
             f" (target <= 1.2x)"
         )
+        if args.one_core_rounds:
+            notes.extend(one_core(rows, cluster, args.one_core_rounds, f"{args.hosts}x{args.vms}"))
         with busy_machine() as spinners:
             row, _ = run(
                 f"  busy ({spinners} spinning processes), timeouts 3s",

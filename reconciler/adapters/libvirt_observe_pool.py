@@ -40,6 +40,7 @@ from reconciler.adapters.libvirt_observe_host import (
     ProbeSettings,
     RawHost,
     first_sweep,
+    in_process,
     second_sweep,
     unreachable,
 )
@@ -87,6 +88,9 @@ class _Pool:
                     self._finish(index, second_sweep(probe))
                     continue
                 first_sweep(probe)
+                if probe.one_sample:
+                    self._finish(index, second_sweep(probe))
+                    continue
                 with self.cond:
                     self.active.discard(index)
                     if index not in self.results:
@@ -172,11 +176,6 @@ def _one_malloc_arena() -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
-
-
-def in_process(uri: str) -> bool:
-    """Whether libvirt serves ``uri`` inside this process (its test driver) or over a socket."""
-    return uri.partition("://")[0] == "test"
 
 
 def child_main() -> None:

@@ -90,8 +90,11 @@ def test_many_hosts_observed_correctly(tmp_path: Path) -> None:
     first = snap.hosts[0]
     assert first.cpus == 16
     assert first.memory_total == 65536 * 1024**2
-    # bulk: a fixed number of calls per host plus one XMLDesc per VM
-    assert {h.libvirt_calls for h in snap.hosts} == {13 + 30}
+    # bulk: a fixed number of calls per host plus one XMLDesc per VM; the test driver's CPU
+    # figures are fixed, so there is one sample of them (no getCPUStats, no second sweep)
+    assert {h.libvirt_calls for h in snap.hosts} == {10 + 30}
+    assert {h.cpu_utilisation for h in snap.hosts} == {None}
+    assert {vm.cpu_used for vm in snap.vms} == {None}
 
 
 def test_host_and_vm_fields(tmp_path: Path) -> None:
@@ -334,14 +337,53 @@ def test_a_host_hung_in_a_call_is_cut_off_at_the_call_timeout(
     assert sorted(vm.name for vm in snap.vms) == ["web-1", "web-1"]
 
 
-def test_cpu_samples_are_two_sweeps_not_a_pause_per_host(tmp_path: Path) -> None:
+def test_cpu_samples_are_two_sweeps_not_a_pause_per_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as for a driver whose counters move: the test driver's alone would take one sample
+    monkeypatch.setattr(observe_host, "repeats_first_sample", lambda *_: False)
     cluster = write_node_files(tmp_path, 12, 2)
     began = time.monotonic()
     snap = observe_cluster(cluster, sample_interval=0.5, concurrency=1)
     elapsed = time.monotonic() - began
     assert all(h.reachable for h in snap.hosts)
+    assert {h.libvirt_calls for h in snap.hosts} == {13 + 2}  # both sweeps were made
     # one thread sleeping 0.5 s per host would need 6 s
     assert elapsed < 4, f"{elapsed:.1f}s: the sample interval was waited per host"
+
+
+def test_the_test_driver_cpu_figures_are_fixed_so_one_sample_tells_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the premise of one sample per test-driver host: its counters do not move and its
+    # domains report no CPU time, so a second sample gives exactly the first's answers
+    cluster = write_node_files(tmp_path / "nodes", 3, 4)
+    conn = libvirt.open(cluster.spec.hosts[0].uri)
+    try:
+        before = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0)
+        records = conn.getAllDomainStats(0, 0)
+        time.sleep(0.05)
+        assert conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0) == before
+        assert records
+        assert not any("cpu.time" in stats for _, stats in records)
+        assert observe_host.repeats_first_sample(conn.getURI(), records)
+    finally:
+        conn.close()
+    one = observe_cluster(cluster, sample_interval=0.05, now=NOW)
+    monkeypatch.setattr(observe_host, "repeats_first_sample", lambda *_: False)
+    two = observe_cluster(cluster, sample_interval=0.05, now=NOW)
+
+    def shape(snap: Snapshot) -> Any:
+        hosts = [h.model_dump(exclude={"observe_seconds", "libvirt_calls"}) for h in snap.hosts]
+        return hosts, [vm.model_dump() for vm in snap.vms]
+
+    assert shape(one) == shape(two)
+    assert {h.libvirt_calls for h in one.hosts} == {10 + 4}
+    assert {h.libvirt_calls for h in two.hosts} == {13 + 4}
+    # a host whose VMs report CPU time gets its second sample, in this process or not
+    timed = [(None, {"state.state": 1, "cpu.time": 5})]
+    assert not observe_host.repeats_first_sample("test:///default", timed)
+    assert not observe_host.repeats_first_sample("qemu:///system", [])
 
 
 def test_processes_give_the_same_snapshot(tmp_path: Path) -> None:
