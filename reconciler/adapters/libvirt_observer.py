@@ -113,8 +113,8 @@ def observe_cluster(
     ``connect_timeout`` bounds opening a connection, ``call_timeout`` every later call, each
     counted while waiting for the host's answer only; a host past one is reported unreachable
     with a timeout error. ``concurrency`` is the number of hosts observed at once, ``processes``
-    how many processes share them (default: one per core for large clusters). ``now`` is the
-    snapshot's ``takenAt`` (default: the current time).
+    how many processes share them (default: one per core it may run on, for large clusters).
+    ``now`` is the snapshot's ``takenAt`` (default: the current time).
     """
     s = observe_settings(
         cluster,
@@ -126,7 +126,7 @@ def observe_cluster(
     )
     taken_at = now or datetime.now(UTC)
     hosts = [(h.name, h.uri) for h in cluster.spec.hosts]
-    cores = os.cpu_count() or 1
+    cores = _usable_cores()
     if processes is None:
         processes = min(cores, len(hosts) // HOSTS_PER_PROCESS)
     processes = max(1, min(processes, len(hosts)))
@@ -144,6 +144,17 @@ def observe_cluster(
         else:
             raw = _fan_out(hosts, probe, threads, processes)
         return _snapshot(cluster.metadata.name, [host_result(r) for r in raw], taken_at)
+
+
+def _usable_cores() -> int:
+    """The CPUs this process may run on (taskset, a container's cpuset), else all of them.
+
+    A second worker process on a core this one may not leave only time-shares it.
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity outside Linux
+        return os.cpu_count() or 1
 
 
 @contextlib.contextmanager

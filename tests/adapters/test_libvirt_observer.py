@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +16,7 @@ import pytest
 
 from reconciler.adapters import libvirt_observe_host as observe_host
 from reconciler.adapters import libvirt_observe_pool as observe_pool
+from reconciler.adapters import libvirt_observer
 from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab import node_xml, write_node_files
 from reconciler.adapters.libvirt_observe_host import RawVm
@@ -466,3 +469,32 @@ def test_test_driver_hosts_share_one_thread_socket_hosts_get_their_own(
     snap = observe_cluster(mixed, sample_interval=0, concurrency=4, processes=1)
     assert [h.reachable for h in snap.hosts] == [True] * 6 + [False] * 3
     assert most[0] > 1
+
+
+def test_worker_processes_only_for_cores_this_process_may_run_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowed = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(allowed)})
+        assert libvirt_observer._usable_cores() == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert libvirt_observer._usable_cores() == len(allowed)
+    started: list[object] = []
+    popen = subprocess.Popen
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append(args)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    monkeypatch.setattr(libvirt_observer, "HOSTS_PER_PROCESS", 2)
+    cluster = write_node_files(tmp_path / "nodes", 4, 1)
+    monkeypatch.setattr(libvirt_observer, "_usable_cores", lambda: 1)
+    one = observe_cluster(cluster, sample_interval=0)
+    assert started == []  # one core: no second process to time-share it
+    monkeypatch.setattr(libvirt_observer, "_usable_cores", lambda: 2)
+    two = observe_cluster(cluster, sample_interval=0)
+    assert len(started) == 1
+    assert [vm.name for vm in one.vms] == [vm.name for vm in two.vms]
