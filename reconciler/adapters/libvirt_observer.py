@@ -184,7 +184,9 @@ def _fan_out(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, *sys.path])}
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "reconciler.adapters.libvirt_observe_pool"],
+            # -P: not the working directory first on sys.path, where ``-m`` would put it: the
+            # worker imports this very package, from PYTHONPATH, whatever the directory holds
+            [sys.executable, "-P", "-m", "reconciler.adapters.libvirt_observe_pool"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

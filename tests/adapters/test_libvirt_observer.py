@@ -498,3 +498,15 @@ def test_worker_processes_only_for_cores_this_process_may_run_on(
     two = observe_cluster(cluster, sample_interval=0)
     assert len(started) == 1
     assert [vm.name for vm in one.vms] == [vm.name for vm in two.vms]
+
+
+def test_the_worker_process_imports_this_package_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = write_node_files(tmp_path / "nodes", 2, 1)
+    other = tmp_path / "elsewhere" / "reconciler"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise ImportError('another reconciler package')\n")
+    monkeypatch.chdir(other.parent)
+    snap = observe_cluster(cluster, sample_interval=0, processes=2)
+    assert all(h.reachable for h in snap.hosts), [h.error for h in snap.hosts]
