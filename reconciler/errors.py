@@ -10,7 +10,8 @@
     │   ├── HostUnreachable         a hypervisor could not be connected to
     │   ├── HostTimeout             a hypervisor call did not return in time
     │   ├── PushRejected            a compare-and-swap push lost: someone pushed first
-    │   └── RemoteUnreachable       the state repository's remote did not answer a fetch
+    │   ├── RemoteUnreachable       the state repository's remote did not answer a fetch
+    │   └── ForgeUnavailable        a forge did not answer, or answered 429/5xx
     └── TerminalError               the world refused; retrying the same thing will not help
         ├── LabError                the local lab cannot start here (missing root, binary, ...)
         ├── SnapshotError           a saved snapshot file is unreadable or of another version
@@ -90,6 +91,15 @@ class RemoteUnreachable(TransientError):
 
 class PushRejected(TransientError):
     """The remote branch moved since it was read; fetch, re-read and decide again."""
+
+
+class ForgeUnavailable(TransientError):
+    """A forge did not answer (network, timeout) or answered 429 or 5xx; retried with backoff.
+    ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
 
 
 class TerminalError(ReconcilerError):

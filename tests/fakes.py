@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reconciler.config.yaml_edit import three_way
 from reconciler.engine.ports import MigrationProgress, MigrationResult
 from reconciler.errors import HostUnreachable
+from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.base import HostName, VmName, VmUuid
+from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
 from reconciler.model.status import ReconcileStatus
@@ -173,6 +176,7 @@ class FakeCluster:
         *,
         on_progress: Callable[[MigrationProgress], None],
         abort: threading.Event,
+        uuid: str | None = None,
     ) -> MigrationResult:
         with self.lock:
             self.migrations.append((move, list(self.running)))
@@ -228,9 +232,13 @@ class FakeCluster:
 
     # --- DomainRecorder -------------------------------------------------------------------
 
-    def record(self, host: str, vm: str, state: ReconcilerState) -> None:
+    def record(
+        self, host: str, vm: str, state: ReconcilerState, *, uuid: str | None = None
+    ) -> None:
         with self.lock:
             v = self.vms.get(vm)
+            if v is not None and uuid is not None and uuid != f"uuid-{v.name}":
+                raise HostUnreachable(f"no domain with UUID {uuid} on {host}")
             if v is None or v.host != host or not self.hosts[host].reachable:
                 raise HostUnreachable(f"cannot record on {vm} at {host}")
             v.record = state
@@ -257,14 +265,39 @@ class MemoryStatusStore:
         self.saves += 1
 
 
-class MemoryPlacementWriter:
-    def __init__(self, placement: dict[str, str] | None = None) -> None:
-        self.placement = dict(placement or {})
-        self.writes: list[dict[str, str]] = []
+class MemorySource:
+    """A DesiredSource in memory: the placement as a dict, edited three-way like the real ones;
+    ``person_sets`` changes an entry between a round's load and its record."""
 
-    def write_placement(self, vms: dict[str, str]) -> bool:
-        changed = {k: v for k, v in vms.items() if self.placement.get(k) != v}
+    def __init__(
+        self, desired: DesiredState | None = None, placement: dict[str, str] | None = None
+    ) -> None:
+        self.desired = desired
+        self.placement = dict(placement or {})
+        self.read: dict[str, str] = dict(self.placement)
+        self.writes: list[dict[str, str]] = []
+        self.records: list[Record] = []
+
+    def describe(self) -> str:
+        return "memory"
+
+    def load(self) -> Loaded:
+        assert self.desired is not None
+        self.read = dict(self.placement)
+        return Loaded(desired=self.desired)
+
+    def person_sets(self, vm: str, host: str) -> None:
+        self.placement[vm] = host
+
+    def record(self, record: Record) -> Recorded:
+        self.records.append(record)
+        write, kept = three_way(self.read, self.placement, record.placement)
+        changed = {k: v for k, v in write.items() if self.placement.get(k) != v}
         if changed:
             self.placement.update(changed)
             self.writes.append(changed)
-        return bool(changed)
+        return Recorded(
+            where="memory" if changed else None,
+            written=changed,
+            conflicts=[f"{vm}: changed to {host} meanwhile" for vm, host in sorted(kept.items())],
+        )

@@ -13,6 +13,8 @@ left alone and libvirt keeps it through live migration::
                          lastMovedTo="kvm-01" lastPlan="sha256:..."/>
         <placement:failure at="2024-05-02T01:00:00+00:00" from="kvm-01" to="kvm-03"
                            plan="sha256:..." error="target host unreachable"/>
+        <placement:intent startedAt="2024-05-03T02:00:00+00:00" from="kvm-01" to="kvm-02"
+                          plan="sha256:..."/>
       </placement:vm>
     </metadata>
 
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from reconciler.model.snapshot import FailedMove, ReconcilerState
+from reconciler.model.snapshot import FailedMove, MoveIntent, ReconcilerState
 
 METADATA_NS: Final = "https://placement-reconciler.dev/xmlns/v1"
 """XML namespace URI of the reconciler's domain metadata."""
@@ -82,6 +84,7 @@ def parse_metadata_element(element: ET.Element) -> DomainMetadata:
     labels: dict[str, str] = {}
     state = _NO_STATE
     failure: FailedMove | None = None
+    intent: MoveIntent | None = None
     for child in root:
         name = _local(child.tag)
         if name == "labels":
@@ -95,8 +98,10 @@ def parse_metadata_element(element: ET.Element) -> DomainMetadata:
             state = _parse_state(child)
         elif name == "failure":
             failure = _parse_failure(child)
-    if failure is not None:
-        state = state.model_copy(update={"last_failure": failure})
+        elif name == "intent":
+            intent = _parse_intent(child)
+    if failure is not None or intent is not None:
+        state = state.model_copy(update={"last_failure": failure, "intent": intent})
     return DomainMetadata(labels=labels, state=state)
 
 
@@ -141,6 +146,16 @@ def _parse_failure(element: ET.Element) -> FailedMove | None:
     )
 
 
+def _parse_intent(element: ET.Element) -> MoveIntent | None:
+    at = _time(element, "startedAt")
+    source, target = element.get("from"), element.get("to")
+    if at is None or not source or not target:
+        return None
+    return MoveIntent(
+        started_at=at, source=source, target=target, plan_id=element.get("plan") or None
+    )
+
+
 def parse_metadata(xml: str) -> DomainMetadata:
     """The metadata from a domain XML or from the ``<placement:vm>`` element alone.
 
@@ -173,7 +188,8 @@ def render_metadata(
         for key, value in sorted(labels.items()):
             lines.append(f'    <{p}label name="{_attr(key)}" value="{_attr(value)}"/>')
         lines.append(f"  </{p}labels>")
-    if state is not None and state.model_copy(update={"last_failure": None}) != ReconcilerState():
+    bare = {"last_failure": None, "intent": None}
+    if state is not None and state.model_copy(update=bare) != ReconcilerState():
         attrs = []
         if state.first_seen is not None:
             attrs.append(f'firstSeen="{state.first_seen.isoformat()}"')
@@ -200,6 +216,16 @@ def render_metadata(
             attrs.append(f'plan="{_attr(f.plan_id)}"')
         attrs.append(f'error="{_attr(f.error)}"')
         lines.append(f"  <{p}failure {' '.join(attrs)}/>")
+    if state is not None and state.intent is not None:
+        i = state.intent
+        attrs = [
+            f'startedAt="{i.started_at.isoformat()}"',
+            f'from="{_attr(i.source)}"',
+            f'to="{_attr(i.target)}"',
+        ]
+        if i.plan_id is not None:
+            attrs.append(f'plan="{_attr(i.plan_id)}"')
+        lines.append(f"  <{p}intent {' '.join(attrs)}/>")
     lines.append(f"</{p}vm>")
     return "\n".join(lines)
 

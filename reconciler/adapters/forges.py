@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from reconciler.adapters.git_repo import scrub
-from reconciler.errors import ForgeError
+from reconciler.errors import ForgeError, ForgeUnavailable
 from reconciler.model.audit import PullRequest
 
 GITHUB_API = "https://api.github.com"
@@ -69,10 +69,17 @@ class _Http:
         try:
             response = self._client.request(method, path, json=json, params=params)
         except httpx.HTTPError as err:
-            raise ForgeError(
+            # the network or the forge not answering: transient, retried with backoff
+            raise ForgeUnavailable(
                 f"{where}: {type(err).__name__}: {scrub(str(err))}",
-                hint="check --forge-url and the network",
+                hint="check --forge-url and the network; retried with backoff",
             ) from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise ForgeUnavailable(
+                f"{where}: HTTP {response.status_code}: {_detail(response)}",
+                status=response.status_code,
+                hint="the forge is busy or failing; retried with backoff",
+            )
         if response.status_code >= 400:
             raise ForgeError(
                 f"{where}: HTTP {response.status_code}: {_detail(response)}",

@@ -12,9 +12,11 @@ of the same name while the first still holds the old one. ``confirm`` checks for
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -62,6 +64,8 @@ class FileLease:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if os.fstat(fd).st_uid == os.getuid():
+                os.fchmod(fd, 0o666)  # another user's command must be able to lock it too
         except OSError as err:
             raise TerminalError(
                 f"cannot open lease file {self.path}: {err.strerror}",
@@ -125,3 +129,31 @@ class FileLease:
             os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # closing drops the lock
+
+
+LOCK_DIR_ENV = "RECONCILER_LOCK_DIR"
+
+
+def lock_dir() -> Path:
+    """Where cluster locks live: ``$RECONCILER_LOCK_DIR``, else /run/lock, else the temp dir.
+
+    The same for every state directory and user on the machine, so two commands acting on one
+    cluster with different ``--state-dir`` still find each other's lock.
+    """
+    configured = os.environ.get(LOCK_DIR_ENV)
+    if configured:
+        return Path(configured)
+    run_lock = Path("/run/lock")
+    if run_lock.is_dir() and os.access(run_lock, os.W_OK):
+        return run_lock / "reconciler"
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "reconciler-locks"
+
+
+def cluster_lock_path(cluster: str, hosts: Sequence[tuple[str, str]]) -> Path:
+    """The lock of a cluster, keyed by its name and its hosts' (name, URI), not by a folder."""
+    key = json.dumps([cluster, sorted(hosts)])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster)[:64]
+    return lock_dir() / f"{safe}-{digest}.lock"

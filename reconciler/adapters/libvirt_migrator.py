@@ -194,16 +194,19 @@ class LibvirtMigrator:
         *,
         on_progress: Callable[[MigrationProgress], None],
         abort: threading.Event,
+        uuid: str | None = None,
     ) -> MigrationResult:
-        """Live-migrate ``move.vm`` and report where it runs afterwards (see the module doc)."""
+        """Live-migrate ``move.vm`` and report where it runs afterwards (see the module doc).
+
+        With ``uuid`` the domain is found by it (a name can be reused by another domain)."""
         began = time.monotonic()
         source, target = self._host(move.source), self._host(move.target)
         src = open_connection(source.uri, self.connection)  # raises: nothing started yet
         dst: Any = None
         try:
             try:
-                dom = src.lookupByName(move.vm)
-                uuid = dom.UUIDString()
+                dom = src.lookupByUUIDString(uuid) if uuid else src.lookupByName(move.vm)
+                found: str = dom.UUIDString()
                 memory = move.memory or int(dom.maxMemory()) * 1024
             except libvirt.libvirtError as err:
                 return self._refused(move, began, f"{move.vm} not found on {source.name}: {err}")
@@ -212,7 +215,7 @@ class LibvirtMigrator:
             except (HostUnreachable, HostTimeout) as err:
                 # Migrating to a host we cannot look at would leave the outcome unknowable.
                 refused = f"not started, target {target.name} unreachable: {err}"
-                return self._verify(move, began, src, None, uuid, _Job(), refused)
+                return self._verify(move, began, src, None, found, _Job(), refused)
             job = self._run(
                 move, dom, migration_call(self.desired, target), memory, on_progress, abort
             )
@@ -225,7 +228,7 @@ class LibvirtMigrator:
                 error = f"{error}; libvirt: {job.error}" if error else f"libvirt: {job.error}"
             if job.abandoned:
                 error = f"{error}; libvirt had not ended the job after {self.settle_timeout:g}s"
-            return self._verify(move, began, src, dst, uuid, job, error)
+            return self._verify(move, began, src, dst, found, job, error)
         finally:
             close_connection(dst)
             close_connection(src)

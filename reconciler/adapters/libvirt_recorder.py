@@ -38,8 +38,11 @@ class LibvirtRecorder:
         self.connection = connection or ConnectionSettings()
         self._uris = {h.name: h.uri for h in cluster.spec.hosts}
 
-    def record(self, host: str, vm: str, state: ReconcilerState) -> None:
-        """Set ``state`` on domain ``vm`` of ``host``; HostUnreachable/TerminalError if not."""
+    def record(
+        self, host: str, vm: str, state: ReconcilerState, *, uuid: str | None = None
+    ) -> None:
+        """Set ``state`` on domain ``vm`` (found by ``uuid`` when given) of ``host``;
+        HostUnreachable/TerminalError if not."""
         uri = self._uris.get(host)
         if uri is None:
             raise ConfigError(
@@ -50,7 +53,7 @@ class LibvirtRecorder:
         try:
             where = f"{vm} on {host}"
             try:
-                dom = conn.lookupByName(vm)
+                dom = conn.lookupByUUIDString(uuid) if uuid else conn.lookupByName(vm)
                 scopes = []
                 if dom.isActive():
                     scopes.append(libvirt.VIR_DOMAIN_AFFECT_LIVE)

@@ -15,7 +15,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reconciler.errors import ConfigError, TerminalError
-from reconciler.model.status import ReconcileStatus
+from reconciler.model.status import ReconcileStatus, status_json
+
+__all__ = ["FILE_NAME", "FileStatusStore", "default_state_dir", "status_json"]
 
 FILE_NAME = "status.json"
 
@@ -24,10 +26,6 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/reconciler``, else ``~/.local/state/reconciler``."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "reconciler"
-
-
-def status_json(status: ReconcileStatus) -> str:
-    return status.model_dump_json(by_alias=True, indent=2, exclude_none=False) + "\n"
 
 
 class FileStatusStore:

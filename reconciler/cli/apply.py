@@ -8,18 +8,15 @@ or the run was interrupted; 1 error (nothing moved); 130/143 interrupted by SIGI
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
-from reconciler.cli import apply_view
+from reconciler.cli import acting, apply_view
 from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -31,15 +28,13 @@ from reconciler.cli.common import (
     add_path_argument,
     add_repo_arguments,
     add_state_dir_argument,
-    cluster_folder,
-    load_desired,
-    observe_overrides,
-    status_store,
 )
 from reconciler.errors import ReconcilerError, TerminalError
-from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
 from reconciler.model.status import TRIGGERS, MoveOutcome
+
+if TYPE_CHECKING:
+    from reconciler.engine.round import RoundReport
 
 APPLY_EPILOG = """\
 exit codes:
@@ -51,11 +46,6 @@ exit codes:
 A first SIGINT/SIGTERM starts nothing more and lets the running migrations end; a second one
 aborts them (the VMs stay on their sources, running).
 """
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 def register(sub: Subparsers) -> None:
@@ -79,6 +69,7 @@ def register(sub: Subparsers) -> None:
     add_state_dir_argument(p)
     add_observe_overrides(p)
     add_repo_arguments(p)
+    acting.add_hold_arguments(p)
     p.add_argument(
         "--audit-branch",
         metavar="NAME",
@@ -93,7 +84,7 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--actor",
-        default=os.environ.get("RECONCILER_ACTOR") or f"reconciler@{socket.gethostname()}",
+        default=acting.default_actor(),
         help="with --repo: the Reconciler-Actor of the audit commit "
         "(default: $RECONCILER_ACTOR, else reconciler@<host>)",
     )
@@ -133,14 +124,6 @@ class _Signals:
                 signal.signal(s, h)
 
 
-@contextmanager
-def _released(lease: Any) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        lease.release()
-
-
 def _confirm(args: argparse.Namespace, plan: Plan, signals: _Signals) -> bool:
     signals.acting = _asked(args, plan)
     return signals.acting
@@ -160,113 +143,84 @@ def _asked(args: argparse.Namespace, plan: Plan) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def build_ports(args: argparse.Namespace, desired: DesiredState) -> Any:
-    """The real adapters behind the round's ports; libvirt is imported only here."""
-    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
-    from reconciler.adapters.libvirt_migrator import LibvirtMigrator
-    from reconciler.adapters.libvirt_recorder import LibvirtRecorder
-    from reconciler.adapters.yaml_edit import PlacementFile
-    from reconciler.engine.round import RoundPorts
-
-    writer: Any = _Collected()  # with --repo the audit commit carries them to the repository
-    if getattr(args, "state_checkout", None) is None:
-        placement = cluster_folder(args.path) / "placement.yaml"
-        writer = PlacementFile(placement) if placement.is_file() else None
-    return RoundPorts(
-        observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
-        migrator=LibvirtMigrator(desired),
-        recorder=LibvirtRecorder(desired.cluster),
-        status=status_store(args, desired.cluster.metadata.name),
-        clock=SystemClock(),
-        placement=writer,
-    )
-
-
-class _Collected:
-    """The PlacementWriter of ``apply --repo``: the clone is read-only, the audit commit writes."""
-
-    def write_placement(self, vms: dict[str, str]) -> bool:
-        return bool(vms)
+def _partial(report: RoundReport) -> bool:
+    failed = any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results)
+    return failed or bool(report.conflicts) or report.record_error is not None
 
 
 def run(args: argparse.Namespace) -> int:
     return run_once(args)[0]
 
 
-def _record(args: argparse.Namespace, report: Any) -> None:
-    """One audit commit for the executed batch on the state repository (``--repo``)."""
-    from reconciler.adapters.status_file import status_json
-    from reconciler.engine.audit import record_batch
+def _trigger(args: argparse.Namespace, merge: bool) -> Callable[[Plan], str]:
+    """Reconciler-Trigger: --trigger, else maintenance for drains, merge for a merge commit."""
+    chosen: str | None = args.trigger
+    pick = acting.audit_trigger("manual", merge=merge)
 
-    checkout = args.state_checkout
-    plan = report.plan
-    if plan is None or not report.results:
-        return
-    trigger = args.trigger
-    if trigger is None:
-        if any(m.reason.value == "Maintenance" for m in plan.moves):
-            trigger = "maintenance"
-        elif len(checkout.repo.parents(checkout.commit)) > 1:
-            trigger = "merge"
-        else:
-            trigger = "manual"
-    branch = args.audit_branch or checkout.branch
-    commit = record_batch(
-        checkout.repo,
-        branch=branch,
-        cluster=report.status.cluster,
-        folder=checkout.path,
-        results=report.results,
-        own_moves=report.placement_written,
-        status_json=status_json(report.status),
-        plan_id=plan.plan_id,
-        source=checkout.commit,
-        trigger=trigger,
-        actor=args.actor,
-    )
-    print(f"recorded as {commit[:12]} on {branch} of {checkout.repo.display_url}")
+    def trigger(plan: Plan) -> str:
+        if chosen is not None:
+            return chosen
+        found = pick(plan)
+        return found if found in ("maintenance", "merge") else "manual"
+
+    return trigger
 
 
 def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
     """One apply round: (exit code, VMs moved, VMs still on ``host`` per the observation)."""
-    from reconciler.adapters.lease_file import FileLease
     from reconciler.engine.round import run_round
 
-    desired = load_desired(args)
+    source = acting.build_source(args)
+    loaded = source.load()
+    desired = loaded.desired
     name = desired.cluster.metadata.name
-    store = status_store(args, name)
     signals = _Signals()
     view = apply_view.View(json_output=args.format == "json", placement=desired.placement.spec.vms)
-    lease = FileLease(store.path.parent / "lock", command="apply")
-    if not lease.acquire():
-        raise TerminalError(
-            f"another reconciler acts on cluster {name!r}: {lease.holder() or 'unknown holder'}",
-            hint=f"wait for it to finish (the lock is {lease.path}; it is released when its "
-            "holder exits or dies)",
-        )
-    with _released(lease), signals.installed():
-        ports = build_ports(args, desired)
-        try:
-            report = run_round(
-                desired,
-                ports,
-                act=True,
-                trigger="manual",
-                confirm=lambda plan: _confirm(args, plan, signals),
-                stop=signals.stop,
-                abort=signals.abort,
-                on_event=view.event,
-                on_plan=view.plan,
-            )
-        except (ReconcilerError, KeyboardInterrupt):
+    keeper = None
+    if not args.dry_run:  # a look holds nothing; acting holds the cluster from plan to record
+        keeper = acting.build_hold(args, desired, command="apply")
+        acting.take_hold(keeper, name, args.lock_timeout)
+    try:
+        with signals.installed():
+            ports = acting.round_ports(args, desired, source=source, hold=keeper)
+            try:
+                report = run_round(
+                    desired,
+                    ports,
+                    act=True,
+                    holds=not args.dry_run,
+                    trigger="manual",
+                    revision=loaded.revision,
+                    audit_trigger=_trigger(args, loaded.merge),
+                    confirm=lambda plan: _confirm(args, plan, signals),
+                    stop=signals.stop,
+                    abort=signals.abort,
+                    on_event=view.event,
+                    on_plan=view.plan,
+                )
+            except (ReconcilerError, KeyboardInterrupt):
+                view.close()
+                if signals.received == signal.SIGTERM:
+                    return EXIT_SIGTERM, 0, 0
+                raise
             view.close()
-            if signals.received == signal.SIGTERM:
-                return EXIT_SIGTERM, 0, 0
-            raise
-        view.close()
+    finally:
+        if keeper is not None:
+            keeper.stop()
     view.summary(report)
-    if getattr(args, "state_checkout", None) is not None:
-        _record(args, report)
+    if report.recorded and args.format != "json":
+        print(
+            f"recorded as {report.recorded[:12] if loaded.revision else report.recorded} "
+            f"in {source.describe()}"
+        )
+    for line in report.conflicts:
+        print(f"conflict: {line}", file=sys.stderr)
+    if report.record_error is not None:
+        print(
+            f"error: the moves are done, but their record was not written: "
+            f"{report.record_error.message}",
+            file=sys.stderr,
+        )
     moved = sum(r.outcome is MoveOutcome.SUCCEEDED for r in report.results)
     left = 0
     if host is not None and report.snapshot is not None:
@@ -275,7 +229,15 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
         )
     if signals.received is not None:
         code = EXIT_SIGTERM if signals.received == signal.SIGTERM else EXIT_SIGINT
-    elif report.results and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results):
+    elif report.not_acting is not None:
+        print(f"error: nothing was moved: {report.not_acting}", file=sys.stderr)
+        code = EXIT_ERROR
+    elif (
+        report.results
+        and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results)
+        or report.conflicts
+        or report.record_error is not None
+    ):
         code = EXIT_PARTIAL
     elif report.error is not None:
         code = EXIT_ERROR

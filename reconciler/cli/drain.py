@@ -8,10 +8,13 @@ flag and moves nothing back by itself: balance brings VMs back when the policy s
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from reconciler.cli import apply, plan
+from reconciler.cli.acting import add_hold_arguments, default_actor
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -19,7 +22,7 @@ from reconciler.cli.common import (
     add_state_dir_argument,
     cluster_folder,
 )
-from reconciler.config import load_desired
+from reconciler.config import Severity, format_finding, load_desired, validate_folder
 from reconciler.errors import ConfigError
 
 
@@ -46,25 +49,76 @@ def register(sub: Subparsers) -> None:
     d.add_argument("--format", default="text", help=argparse.SUPPRESS)
     add_state_dir_argument(d)
     add_observe_overrides(d)
-    d.set_defaults(handler=run_drain)
+    add_hold_arguments(d)
+    d.set_defaults(
+        handler=run_drain,
+        repo=None,
+        trigger="maintenance",
+        actor=default_actor(),
+        audit_branch=None,
+    )
     undrain.set_defaults(handler=run_undrain)
 
 
 def _set(args: argparse.Namespace, maintenance: bool) -> bool:
-    from reconciler.adapters.yaml_edit import write_maintenance
+    """Edit cluster.yaml, after checking that the edited folder is still valid."""
+    from reconciler.adapters.text_file import rewrite_file
+    from reconciler.config.yaml_edit import set_maintenance
 
     folder = cluster_folder(args.path)
-    desired = load_desired(folder)
-    names = [h.name for h in desired.cluster.spec.hosts]
-    if args.host not in names:
+    path = folder / "cluster.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
         raise ConfigError(
-            f"host {args.host!r} is not in cluster {desired.cluster.metadata.name!r}",
-            hint=f"one of: {', '.join(names)}",
-        )
-    changed = write_maintenance(folder / "cluster.yaml", args.host, maintenance)
+            f"cannot read {path}: {err.strerror}", hint="give the cluster folder as PATH"
+        ) from err
+    try:
+        edited = set_maintenance(text, args.host, maintenance, file=str(path))
+    except ConfigError as err:
+        names = _host_names(folder)
+        raise ConfigError(
+            f"host {args.host!r} is not in the Cluster of {folder}",
+            hint=f"one of: {', '.join(names)}" if names else err.hint,
+        ) from err
+    if edited != text:
+        _refuse_if_invalid(folder, path.name, edited, args.host, maintenance)
+        rewrite_file(path, lambda _: edited)
     state = "in maintenance" if maintenance else "out of maintenance"
-    print(f"{args.host} is {state}" + ("" if changed else " already"), file=sys.stderr)
-    return changed
+    print(f"{args.host} is {state}" + ("" if edited != text else " already"), file=sys.stderr)
+    return edited != text
+
+
+def _host_names(folder: Path) -> list[str]:
+    try:
+        return [h.name for h in load_desired(folder).cluster.spec.hosts]
+    except ConfigError:
+        return []
+
+
+def _refuse_if_invalid(folder: Path, name: str, edited: str, host: str, maintenance: bool) -> None:
+    """Validate the folder as it would be after the edit; ConfigError naming every error."""
+    with tempfile.TemporaryDirectory(prefix="reconciler-drain-") as tmp:
+        copy = Path(tmp)
+        for f in folder.iterdir():
+            if f.is_file() and f.suffix in (".yaml", ".yml"):
+                shutil.copyfile(f, copy / f.name)
+        (copy / name).write_text(edited, encoding="utf-8")
+        report, _ = validate_folder(copy)
+        errors = [
+            format_finding(f).replace(str(copy), str(folder))
+            for f in report.findings
+            if f.severity is Severity.ERROR
+        ]
+    if errors:
+        verb = "drain" if maintenance else "undrain"
+        raise ConfigError(
+            f"{verb} {host} would leave {folder} invalid, so nothing was written:\n  "
+            + "\n  ".join(errors),
+            hint=f"remove or move the pins to {host} first"
+            if maintenance
+            else "fix these errors in the folder first",
+        )
 
 
 MAX_DRAIN_ROUNDS = 50

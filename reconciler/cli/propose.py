@@ -7,6 +7,7 @@ import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from reconciler.cli.common import (
     EXIT_CHANGES,
@@ -28,6 +29,7 @@ from reconciler.cli.common import (
 )
 from reconciler.core import planner
 from reconciler.engine import propose as proposing
+from reconciler.engine.ports import StateRepo
 from reconciler.errors import ConfigError
 from reconciler.model.audit import short_id
 from reconciler.model.desired import DesiredState
@@ -87,7 +89,7 @@ def placement_file(folder: Path) -> Path:
 
 def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | None:
     """The placement file after the plan, minimally edited; None when nothing changes."""
-    from reconciler.adapters import yaml_edit  # ruamel.yaml: only when a proposal is written
+    from reconciler.config import yaml_edit  # ruamel.yaml: only when a proposal is written
 
     if not plan_patch.placement_changes(desired.placement, plan):
         return None
@@ -102,48 +104,55 @@ def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | Non
     return yaml_edit.set_placement(skeleton, changes, file=path.name)
 
 
-def run(args: argparse.Namespace) -> int:
-    if not args.repo:
-        raise ConfigError("propose needs --repo URL", hint="pass the state repository's URL")
-    desired = load_desired(args)
-    checkout: StateCheckout = args.state_checkout
-    cluster = desired.cluster.metadata.name
-    snapshot = snapshot_for(args, desired)
-    history, _ = history_for(args, cluster)
-    now: datetime = args.now or datetime.now(UTC)
-    plan = planner.plan(desired, snapshot, history, now=now).model_copy(
-        update={"desired_revision": checkout.commit}
-    )
-    path = placement_file(checkout.folder)
-    forge = None
-    if args.forge != "none":
-        from reconciler.adapters.forges import open_forge
+def open_forge_of(args: argparse.Namespace) -> Any:
+    """The forge named by --forge (None for --forge none); the token from the environment."""
+    if args.forge == "none":
+        return None
+    from reconciler.adapters.forges import open_forge
 
-        token = os.environ.get(TOKEN_ENV)
-        if not token:
-            raise ConfigError(
-                f"--forge {args.forge} needs a token in ${TOKEN_ENV}",
-                hint=f"export {TOKEN_ENV}=... (a token that may write pull requests), "
-                "or use --forge none to only push the branch",
-            )
-        project = args.forge_project or project_of(args.repo)
-        if project is None:
-            raise ConfigError("cannot tell the forge project", hint="pass --forge-project")
-        forge = open_forge(args.forge, project=project, token=token, api_url=args.forge_url)
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        raise ConfigError(
+            f"--forge {args.forge} needs a token in ${TOKEN_ENV}",
+            hint=f"export {TOKEN_ENV}=... (a token that may write pull requests), "
+            "or use --forge none to only push the branch",
+        )
+    project = args.forge_project or project_of(args.repo)
+    if project is None:
+        raise ConfigError("cannot tell the forge project", hint="pass --forge-project")
+    return open_forge(args.forge, project=project, token=token, api_url=args.forge_url)
+
+
+def propose_plan(
+    args: argparse.Namespace,
+    *,
+    repo: StateRepo,
+    base: str,
+    source: str,
+    root: Path,
+    folder: Path,
+    desired: DesiredState,
+    plan: Plan,
+) -> tuple[int, str]:
+    """Keep the proposal of ``plan`` current: (exit code, one line saying what happened)."""
+    cluster = desired.cluster.metadata.name
+    plan = plan.model_copy(update={"desired_revision": source})
+    path = placement_file(folder)
+    forge = open_forge_of(args)
     limit = forge.body_limit if forge is not None else 65_536
     proposal = proposing.Proposal(
         cluster=cluster,
-        base=checkout.branch,
-        source=checkout.commit,
+        base=base,
+        source=source,
         plan_id=plan.plan_id,
-        placement_path=str(path.relative_to(checkout.root)),
+        placement_path=str(path.relative_to(root)),
         placement_text=edited_placement(desired, plan, path),
         title=f"Placement of cluster {cluster}: {len(plan.moves) + len(plan.deferred)} move(s)",
-        body=plan_markdown.pr_body(plan, desired.placement, source=checkout.commit, limit=limit),
-        message=proposing.commit_message(cluster, plan),
+        body=plan_markdown.pr_body(plan, desired.placement, source=source, limit=limit),
+        message=proposing.commit_message(cluster, plan, desired.placement),
     )
     try:
-        result = proposing.propose(checkout.repo, forge, proposal)
+        result = proposing.propose(repo, forge, proposal)
     finally:
         if forge is not None:
             forge.disconnect()
@@ -162,9 +171,34 @@ def run(args: argparse.Namespace) -> int:
         f"(plan {short_id(plan.plan_id)})",
         proposing.Outcome.BLOCKED: f"blocked: {result.detail}",
     }
-    print(lines[result.outcome])
     if result.outcome is proposing.Outcome.NOTHING:
-        return EXIT_OK
-    if result.outcome is proposing.Outcome.BLOCKED:
-        return EXIT_PARTIAL
-    return EXIT_CHANGES
+        code = EXIT_OK
+    elif result.outcome is proposing.Outcome.BLOCKED:
+        code = EXIT_PARTIAL
+    else:
+        code = EXIT_CHANGES
+    return code, lines[result.outcome]
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.repo:
+        raise ConfigError("propose needs --repo URL", hint="pass the state repository's URL")
+    desired = load_desired(args)
+    checkout: StateCheckout = args.state_checkout
+    cluster = desired.cluster.metadata.name
+    snapshot = snapshot_for(args, desired)
+    history, _ = history_for(args, cluster)
+    now: datetime = args.now or datetime.now(UTC)
+    plan = planner.plan(desired, snapshot, history, now=now)
+    code, line = propose_plan(
+        args,
+        repo=checkout.repo,
+        base=checkout.branch,
+        source=checkout.commit,
+        root=checkout.root,
+        folder=checkout.folder,
+        desired=desired,
+        plan=plan,
+    )
+    print(line)
+    return code

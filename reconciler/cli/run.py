@@ -8,6 +8,7 @@ listen address taken, git missing).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from reconciler import config
+from reconciler.cli import acting
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -24,16 +25,15 @@ from reconciler.cli.common import (
     add_path_argument,
     add_repo_arguments,
     add_state_dir_argument,
-    checkout_state,
-    cluster_folder,
     positive_float,
 )
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
-    from reconciler.engine.leadership import CheckedLease, LeaseKeeper
-    from reconciler.engine.loop import Loop, RunRound
-    from reconciler.engine.metrics import Metrics
+    from reconciler.engine.loop import Loop
+    from reconciler.model.policy import BalancePolicy
     from reconciler.model.status import ReconcileStatus
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:9187"
 SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
@@ -70,6 +70,13 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--identity", help="this instance's name in the lease (default: host:pid)")
     add_state_dir_argument(p)
     add_observe_overrides(p)
+    p.add_argument(
+        "--coordination",
+        default=os.environ.get(acting.COORDINATION_ENV) or None,
+        metavar="URL",
+        help="hold the cluster through a coordination service instead of the git lease or "
+        f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${acting.COORDINATION_ENV})",
+    )
     p.set_defaults(handler=run)
 
 
@@ -87,120 +94,133 @@ class _Signals:
         self.loop.stop()
 
 
-def _lease(args: argparse.Namespace, cluster: str, state_dir: Path) -> CheckedLease:
-    from reconciler.adapters.lease_file import FileLease, lock_path
-    from reconciler.adapters.lease_git import GitLease
-
-    if args.repo:
-        return GitLease(
-            args.repo, cluster, state_dir / cluster / "lease.git", identity=args.identity
-        )
-    return FileLease(lock_path(state_dir, cluster))
-
-
-def _round(
-    args: argparse.Namespace,
-    folder: list[Path],
-    metrics: Metrics,
-    keeper: LeaseKeeper,
-    stop: threading.Event,
-    abort: threading.Event,
-    revision: list[str | None],
-) -> RunRound:
-    from reconciler.cli import apply
-    from reconciler.engine.round import run_round
-
-    def run_one(trigger: str, act: bool) -> ReconcileStatus:
-        desired = config.load_desired(folder[0])
-        ports = apply.build_ports(argparse.Namespace(**{**vars(args), "path": folder[0]}), desired)
-        report = run_round(
-            desired,
-            ports,
-            act=act,
-            trigger=trigger,
-            revision=revision[0],
-            confirm=lambda plan: keeper.confirm(),
-            stop=stop,
-            abort=abort,
-            on_plan=metrics.record_observation,
-        )
-        return report.status
-
-    return run_one
+DESIRED_CHANGES = ("desired-state-changed", "webhook")
 
 
 def run(args: argparse.Namespace) -> int:
     from reconciler.adapters.http_server import HttpServer, parse_listen
-    from reconciler.adapters.lease_git import RENEW_DEADLINE, RETRY_PERIOD
     from reconciler.adapters.status_file import default_state_dir
-    from reconciler.cli import apply
     from reconciler.cli import propose as propose_command
+    from reconciler.core.windows import mode_now
     from reconciler.engine import logs, triggers
-    from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.loop import Loop
     from reconciler.engine.metrics import Metrics
+    from reconciler.engine.round import RoundReport, run_round
+    from reconciler.engine.sources import RepoSource
+    from reconciler.model.policy import Mode
 
     logs.configure(args.log_format)
     state_dir: Path = args.state_dir or default_state_dir()
-    revision: list[str | None] = [None]
-    if args.repo:
-        checkout = checkout_state(args)  # fetched and checked out at the branch head
-        revision[0] = checkout.commit
-        folder = [checkout.folder]  # each commit's files have a folder of their own
-    else:
-        checkout = None
-        folder = [cluster_folder(args.path)]
-    cluster = config.load_desired(folder[0]).cluster.metadata.name
+    source = acting.build_source(args)
+    current = [source.load()]  # read again before every round
+    first = current[0].desired
+    cluster = first.cluster.metadata.name
     metrics = Metrics(cluster)
     stop, abort = threading.Event(), threading.Event()
     wakeup = triggers.Wakeup()
-    keeper = LeaseKeeper(
-        _lease(args, cluster, state_dir),
-        wakeup,
-        stop,
-        retry_period=RETRY_PERIOD,
-        renew_deadline=RENEW_DEADLINE,
+    keeper = acting.build_hold(
+        args,
+        first,
+        command="run",
+        state_dir=state_dir,
+        wakeup=wakeup,
+        round_stop=stop,
         on_change=metrics.set_leader,
     )
+    clock = acting.SystemClock()
+    last: list[RoundReport | None] = [None]
 
-    def refresh() -> None:
-        fresh = checkout_state(args)
-        revision[0], folder[0] = fresh.commit, fresh.folder
+    def load_policy() -> BalancePolicy:
+        current[0] = source.load()
+        return current[0].desired.policy
+
+    def run_one(trigger: str, act: bool) -> ReconcileStatus:
+        loaded = current[0]
+        desired = loaded.desired
+        ports = acting.round_ports(args, desired, source=source, hold=keeper, state_dir=state_dir)
+
+        def window() -> str | None:
+            if mode_now(desired.policy, clock.now()) is Mode.APPLY:
+                return None
+            return "the policy's apply window closed"
+
+        changed = any(t in trigger.split("+") for t in DESIRED_CHANGES)
+        last[0] = None
+        report = run_round(
+            desired,
+            ports,
+            act=act,
+            holds=True,
+            trigger=trigger,
+            revision=loaded.revision,
+            audit_trigger=acting.audit_trigger(trigger, merge=changed),
+            confirm=lambda plan: keeper.confirm(),
+            gate=window,
+            stop=stop,
+            abort=abort,
+            on_plan=metrics.record_observation,
+        )
+        last[0] = report
+        return report.status
 
     def propose() -> None:
-        # the propose command's own round: plan on a fresh observation, push, open or update
-        ns = argparse.Namespace(**{**vars(args), "snapshot": None, "history": None, "now": None})
-        propose_command.run(ns)
+        # the round's own plan: one observation and one plan per round
+        report = last[0]
+        if report is None or report.plan is None or not isinstance(source, RepoSource):
+            return
+        folder, root, commit = source.path, source.root, source.commit
+        if folder is None or root is None or commit is None:
+            return
+        _, line = propose_command.propose_plan(
+            args,
+            repo=source.repo,
+            base=source.branch,
+            source=commit,
+            root=root,
+            folder=folder,
+            desired=current[0].desired,
+            plan=report.plan,
+        )
+        log.info("proposal: %s", line)
 
     loop = Loop(
         cluster=cluster,
-        run_round=_round(args, folder, metrics, keeper, stop, abort, revision),
-        load_policy=lambda: config.load_desired(folder[0]).policy,
-        clock=apply.SystemClock(),
+        run_round=run_one,
+        load_policy=load_policy,
+        clock=clock,
         metrics=metrics,
         wakeup=wakeup,
         round_stop=stop,
-        refresh=refresh if checkout is not None else None,
-        propose=propose if checkout is not None else None,
+        propose=propose if isinstance(source, RepoSource) else None,
         leadership=keeper,
         release=keeper.stop,
     )
+
+    def health() -> tuple[bool, dict[str, object]]:
+        if keeper.failure is not None:
+            return False, {
+                "state": "failed",
+                "reason": "HoldKeeperFailed",
+                "message": f"the hold on the cluster is no longer kept: {keeper.failure}",
+            }
+        return loop.health.healthy, loop.health.report()
+
     server = None
     if args.listen != "off":
         server = HttpServer(
             parse_listen(args.listen),
             registry=metrics.registry,
-            health=lambda: (loop.health.healthy, loop.health.report()),
+            health=health,
             on_push=wakeup.trigger,
             secret=os.environ.get(SECRET_ENV) or None,
             branch=args.branch if args.repo else None,
         )
     watcher = (
         triggers.RevisionPoller(
-            lambda: checkout.repo.remote_head(args.branch), wakeup, every=args.poll
+            lambda: source.repo.remote_head(args.branch), wakeup, every=args.poll
         )
-        if checkout is not None
-        else triggers.FolderWatcher(folder[0], wakeup)
+        if isinstance(source, RepoSource)
+        else triggers.FolderWatcher(acting.source_folder(source), wakeup)
     )
     handler = _Signals(loop, abort)
     old = {s: signal.signal(s, handler.handle) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -12,8 +12,13 @@ progress. Each move gets one verdict:
   unmigratable; a host is unreachable or in maintenance; the target is full or a required
   rule would break even after every move in progress ends.
 
-Moves earlier in the list that are admitted count as started for the later ones; those that
-wait count as planned: a later move may rely on them for staleness, not for starting. The members
+Moves earlier in the list that are admitted count as started, not finished, for the later
+ones: a move that needs one of them to end (the room it frees, a partner leaving, a member of
+its required group) waits until that migration has ended, and is judged again then (if it
+failed, the dependent move is stale and skipped). Those that wait count as planned: a later
+move may rely on them for staleness, not for starting. Migrations libvirt shows in flight
+that the caller did not start (a VM seen on two hosts) count against every limit, and a VM
+in flight is counted once, on its source. The members
 of one required affinity group that move together (same rule, same wave) are judged together:
 the rule is checked before and after the group, not between its members.
 """
@@ -77,18 +82,22 @@ def admit(
     room and rule counts they will change are taken as changed only for judging staleness.
     """
     del now  # the verdicts depend on what is observed, not on the clock; kept for the contract
-    model, state = build(desired, snapshot)
     sightings: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
         sightings.setdefault(vm.name, []).append(vm)
-    in_flight = {f.name for f in snapshot.in_flight}
+    in_flight = {f.name for f in snapshot.in_flight} | {
+        n for n, s in sightings.items() if len(s) > 1
+    }
+    foreign = _foreign_moves(sightings, in_flight, in_progress)
+    model, state = build(desired, _counted_once(snapshot, sightings, in_progress, foreign))
 
     # ``future``: every running move and every earlier move still planned has happened; a
     # move refused there is stale. ``current``: only what runs or was just admitted; a move
     # refused there waits for a migration in progress or for an earlier planned move.
     future, current = state.copy(), state.copy()
     limits = _Limits(desired, model)
-    for m in in_progress:
+    started = [*in_progress, *foreign]
+    for m in started:
         _apply(future, model, m)
         _apply(current, model, m)
         limits.take(m)
@@ -111,7 +120,7 @@ def admit(
         if full is not None:
             out.append(Admission(move=m, verdict=Verdict.WAIT, code=AdmitCode.LIMIT, message=full))
             continue
-        waiting = _refusal(_still_running(current, model, v, t, in_progress), model, v, t, group)
+        waiting = _refusal(_still_running(current, model, v, t, started), model, v, t, group)
         if waiting is not None:
             out.append(
                 Admission(
@@ -124,10 +133,57 @@ def admit(
             continue
         _apply(current, model, m)
         limits.take(m)
+        started.append(m)  # started, not ended: later moves that depend on it wait
         out.append(
             Admission(move=m, verdict=Verdict.ADMIT, code=AdmitCode.ADMITTED, message="admitted")
         )
     return out
+
+
+def _foreign_moves(
+    sightings: dict[str, list[VmState]], in_flight: set[str], in_progress: Sequence[Move]
+) -> list[Move]:
+    """Migrations in flight that the caller did not start, as moves from source to target.
+
+    The source is where the VM runs; the target holds the incoming copy (paused).
+    """
+    ours = {m.vm for m in in_progress}
+    out = []
+    for name in sorted(in_flight - ours):
+        seen = sightings.get(name, [])
+        if len(seen) < 2:
+            continue
+        ordered = sorted(seen, key=lambda v: (v.state is not VmRunState.RUNNING, v.host))
+        src, dst = ordered[0], ordered[1]
+        out.append(
+            Move(
+                vm=src.name,
+                source=src.host,
+                target=dst.host,
+                memory=src.memory_max,
+                vcpus=src.vcpus,
+                reason=Reason.BALANCE,
+                detail="a migration started by someone else",
+                wave=0,
+            )
+        )
+    return out
+
+
+def _counted_once(
+    snapshot: Snapshot,
+    sightings: dict[str, list[VmState]],
+    in_progress: Sequence[Move],
+    foreign: Sequence[Move],
+) -> Snapshot:
+    """``snapshot`` with each VM in flight seen once, on its source: the move in progress puts
+    it on its target, so the incoming copy must not be counted there as well."""
+    sources = {m.vm: m.source for m in [*in_progress, *foreign]}
+    doubled = {n for n, s in sightings.items() if len(s) > 1 and n in sources}
+    if not doubled:
+        return snapshot
+    vms = [v for v in snapshot.vms if v.name not in doubled or v.host == sources[v.name]]
+    return snapshot.model_copy(update={"vms": vms})
 
 
 def _apply(state: State, model: Model, m: Move) -> None:

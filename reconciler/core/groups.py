@@ -11,13 +11,15 @@ holding most members if they fit there, else any host that takes them all.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from reconciler.core.feasibility import Refusal, check_move, preferred_delta
 from reconciler.core.rules import REASONS, GroupRule, describe_kind, domain_of
-from reconciler.core.state import State
+from reconciler.core.state import Model, State
 from reconciler.core.steps import summarise
 from reconciler.core.units import (
+    Limits,
     candidate_hosts,
     check_unit,
     fixed_reason,
@@ -26,8 +28,40 @@ from reconciler.core.units import (
 )
 from reconciler.model.plan import Reason, UnsatisfiableCode
 
-if TYPE_CHECKING:
-    from reconciler.core.mandatory import _Planner
+
+class _Moved(Protocol):
+    moved: set[int]
+
+
+class GroupRepairs(Protocol):
+    """What the group phase needs of the mandatory planner (``mandatory.GroupRepairs``): declared
+    here, so this module does not import the one that calls it."""
+
+    state: State
+    model: Model
+    limits: Limits
+
+    @property
+    def out(self) -> _Moved: ...
+
+    def name(self, v: int) -> str: ...
+
+    def host(self, h: int) -> str: ...
+
+    def problem(
+        self,
+        code: UnsatisfiableCode,
+        message: str,
+        vms: Iterable[int] = (),
+        rule: str | None = None,
+    ) -> None: ...
+
+    def apply(self, v: int, t: int, reason: Reason, rule: str | None, detail: str) -> None: ...
+
+    def apply_unit(
+        self, unit: Sequence[int], t: int, reason: Reason, rule: str | None, detail: str
+    ) -> None: ...
+
 
 Code = UnsatisfiableCode
 GAIN_STEP = 10.0
@@ -35,7 +69,7 @@ GAIN_STEP = 10.0
 moves (squared score points: a quarter point moved between hosts 20 apart gains about 10)."""
 
 
-def groups(p: _Planner) -> None:
+def groups(p: GroupRepairs) -> None:
     scores = _Scores(p.state)
     for g in p.model.rules.groups:
         if not g.required or p.state.counts[g.index].measure() == 0:
@@ -66,7 +100,7 @@ def _members_by_domain(state: State, g: GroupRule) -> dict[str, list[int]]:
     return out
 
 
-def repair(p: _Planner, g: GroupRule, too_few: bool, scores: _Scores) -> None:
+def repair(p: GroupRepairs, g: GroupRule, too_few: bool, scores: _Scores) -> None:
     """antiAffinity and spread: move members from crowded to empty or thin domains."""
     state, model = p.state, p.model
     counts = state.counts[g.index]
@@ -162,7 +196,7 @@ def repair(p: _Planner, g: GroupRule, too_few: bool, scores: _Scores) -> None:
         p.apply(m, t, reason, g.name, detail)
 
 
-def affinity(p: _Planner, g: GroupRule) -> None:
+def affinity(p: GroupRepairs, g: GroupRule) -> None:
     """Bring all members of ``g`` onto one host in one unit: a host holding most of them
     first (least memory to move, then least loaded), then any other host that takes them."""
     state, model = p.state, p.model

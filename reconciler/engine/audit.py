@@ -1,22 +1,25 @@
-"""The audit trail: one commit per executed batch on the state repository.
+"""The audit trail: one commit per acting round on the state repository.
 
-The commit updates placement.yaml for VMs the reconciler moved on its own (so the desired
-state follows what happened and the next plan has nothing to undo) and writes the cluster's
-status file (where every VM runs now, the round's result). Its message names every move, from,
-to and why, in the lines ``history`` parses, and ends with the trailers Reconciler-Plan,
-Reconciler-Source, Reconciler-Trigger and Reconciler-Actor.
+The commit updates placement.yaml for VMs the reconciler moved (so the desired state follows
+what happened and the next plan has nothing to undo) and writes the cluster's status file
+(where every VM runs now, the round's result). Its message names every move and every
+placement entry it changes, from, to and why, in the lines ``history`` parses, and ends with
+the trailers Reconciler-Plan, Reconciler-Source, Reconciler-Trigger and Reconciler-Actor.
 
-A rejected push means someone pushed first: fetch, re-read the files at the new head, edit
-them again and retry. Only the record is retried; no move is ever repeated here.
+The edit is three-way against the commit the round read (``source``): an entry a person
+changed since then is kept as the person wrote it and reported as a conflict. A rejected
+push means someone pushed first: fetch, re-read the files at the new head, edit them again
+and retry. Only the record is retried; no move is ever repeated here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from reconciler.adapters import yaml_edit
+from reconciler.config import yaml_edit
 from reconciler.engine.ports import StateRepo
-from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
+from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER, adopted_line
 from reconciler.errors import GitError, PushRejected
 from reconciler.model.status import TRIGGERS, MoveOutcome, MoveResult
 
@@ -26,16 +29,39 @@ STATUS_FILE = "reconciler-status.json"
 """In the cluster folder; not YAML, so the loader does not read it as a document."""
 
 
-def audit_message(cluster: str, results: Sequence[MoveResult]) -> str:
+@dataclass(frozen=True)
+class AuditCommit:
+    commit: str
+    written: dict[str, str] = field(default_factory=dict)
+    """Placement entries the commit set (VM -> host)."""
+    conflicts: dict[str, str] = field(default_factory=dict)
+    """Entries a person changed meanwhile, kept as they are (VM -> the person's host)."""
+
+
+def audit_message(
+    cluster: str,
+    results: Sequence[MoveResult],
+    *,
+    adopted: Mapping[str, tuple[str, str]] | None = None,
+    conflicts: Mapping[str, str] | None = None,
+) -> str:
+    """``adopted``: VM -> (old entry, new entry) for placement entries changed without a move."""
     done = [r for r in results if r.outcome is MoveOutcome.SUCCEEDED]
-    lines = [f"Reconciled cluster {cluster}: {len(done)} VM(s) moved", ""]
+    subject = f"Reconciled cluster {cluster}: {len(done)} VM(s) moved"
+    if adopted:
+        subject += f", {len(adopted)} placement entr{'y' if len(adopted) == 1 else 'ies'} adopted"
+    lines = [subject, ""]
     lines += [
         f"- {r.vm}: {r.source} -> {r.target} ({r.reason}): {r.detail}".rstrip(": ") for r in done
     ]
+    lines += [adopted_line(vm, old, new) for vm, (old, new) in sorted((adopted or {}).items())]
     others = [r for r in results if r.outcome is not MoveOutcome.SUCCEEDED]
     if others:
         lines += ["", "Not moved:"]
         lines += [f"  {r.vm}: {r.source} -> {r.target} {r.outcome}: {r.detail}" for r in others]
+    if conflicts:
+        lines += ["", "Changed by a person meanwhile, kept as written:"]
+        lines += [f"  {vm}: {host}" for vm, host in sorted(conflicts.items())]
     return "\n".join(lines)
 
 
@@ -52,12 +78,13 @@ def record_batch(
     source: str,
     trigger: str,
     actor: str,
+    adopted: Mapping[str, str] | None = None,
     attempts: int = 5,
-) -> str:
-    """Commit and push the record of one executed batch on ``branch``; the commit's sha.
+) -> AuditCommit:
+    """Commit and push the record of one acting round on ``branch``.
 
     ``folder`` is the cluster folder in the repository; ``own_moves`` (VM -> host) are the
-    Placement entries to update for moves the reconciler made on its own.
+    Placement entries to update (``adopted``: those of them that follow drift, not a move).
     """
     if trigger not in TRIGGERS:
         raise ValueError(f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
@@ -68,29 +95,45 @@ def record_batch(
         TRIGGER_TRAILER: trigger,
         ACTOR_TRAILER: actor,
     }
-    message = audit_message(cluster, results)
+    base_text = repo.show(source, placement_path) if own_moves else None
+    base = yaml_edit.placement_entries(base_text, file=placement_path)
     for _ in range(attempts):
         repo.fetch()
         head = repo.head(branch)
         if head is None:
             raise GitError(f"the state repository has no branch {branch!r} to record on")
         files = {f"{folder}/{STATUS_FILE}": status_json}
+        write: dict[str, str] = {}
+        kept: dict[str, str] = {}
+        theirs: dict[str, str] = {}
         if own_moves:
             current = repo.show(head, placement_path)
+            theirs = yaml_edit.placement_entries(current, file=placement_path)
+            write, kept = yaml_edit.three_way(base, theirs, own_moves)
             skeleton = (
                 "apiVersion: placement/v1alpha1\nkind: Placement\n"
                 f"metadata:\n  name: {cluster}\nspec: {{}}\n"
             )
             text = current if current is not None else skeleton
-            edited = yaml_edit.set_placement(text, dict(own_moves), file=placement_path)
+            edited = yaml_edit.set_placement(text, write, file=placement_path) if write else text
             if edited != current:
                 files[placement_path] = edited
+        message = audit_message(
+            cluster,
+            results,
+            adopted={
+                vm: (theirs.get(vm, "(unlisted)"), h)
+                for vm, h in (adopted or {}).items()
+                if vm in write
+            },
+            conflicts=kept,
+        )
         commit = repo.commit_files(parent=head, files=files, message=message, trailers=trailers)
         try:
             repo.push(branch, commit, expected=head)
         except PushRejected:
             continue  # someone pushed first: read their head and record on top of it
-        return commit
+        return AuditCommit(commit=commit, written=write, conflicts=kept)
     raise PushRejected(
         f"could not record the batch on {branch}: the branch kept moving ({attempts} tries)",
         hint="the moves are done and in the status; record again with the next round",

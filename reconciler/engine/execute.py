@@ -3,9 +3,15 @@
 A free slot starts the next admissible move at once; waves are not run as blocks. Before a
 move starts, ``admit`` judges it against a fresh look at its two hosts and the moves running:
 stale moves are skipped with their reason, never forced; moves over a limit or needing room a
-running or earlier move frees wait. No VM is migrated twice in one execution. After each
-migration the VM's record (last move, or last failure) is written on the domain where it runs,
-so a restarted or second reconciler sees it.
+running or earlier move frees wait. No VM is migrated twice in one execution.
+
+Intent before action: before a migration starts, an intent (plan, source, target, start) is
+written on the domain; a move whose intent cannot be written does not start. After the
+migration its outcome (last move, or last failure) replaces the intent on the domain where
+the VM runs, so a restarted or second reconciler sees it, and one killed in between leaves an
+intent the next round resolves from where the VM runs (``core.intents``). Domains are found
+by UUID. The ``gate`` is asked before every start: a hold no longer confirmed or a window
+that closed starts nothing more, even mid-queue.
 
 Stopping (``stop`` set, e.g. on SIGTERM) starts nothing more and lets running migrations end;
 ``abort`` also aborts them (the VMs stay on their sources).
@@ -33,13 +39,17 @@ from reconciler.errors import ReconcilerError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
-from reconciler.model.snapshot import FailedMove, Snapshot
+from reconciler.model.snapshot import FailedMove, InFlight, MoveIntent, Snapshot, VmState
 from reconciler.model.status import MoveOutcome, MoveResult
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 """How often the queue wakes while migrations run, to notice a stop request."""
+
+
+Gate = Callable[[], "str | None"]
+"""Asked before each migration starts: None to go on, else why nothing more may start."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,18 @@ def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
     seen = {h.name for h in fresh.hosts}
     hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
     vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
+    counts: dict[str, list[str]] = {}
+    for v in vms:
+        counts.setdefault(v.name, []).append(v.host)
+    uuids: dict[str, str] = {v.name: v.uuid for v in vms}
+    # a VM seen on two hosts of the merged view is in flight, whoever started the migration
+    in_flight = [
+        InFlight(name=name, uuid=uuids[name], hosts=sorted(where))
+        for name, where in sorted(counts.items())
+        if len(where) > 1
+    ]
     return base.model_copy(
-        update={"hosts": hosts, "vms": vms, "taken_at": fresh.taken_at, "in_flight": []}
+        update={"hosts": hosts, "vms": vms, "taken_at": fresh.taken_at, "in_flight": in_flight}
     )
 
 
@@ -83,6 +103,7 @@ class Execution:
         plan_id: str,
         stop: threading.Event,
         abort: threading.Event,
+        gate: Gate | None = None,
         on_event: Callable[[Event], None] = lambda e: None,
     ) -> None:
         self.desired = desired
@@ -93,6 +114,7 @@ class Execution:
         self.stop = stop
         self.abort = abort
         self.on_event = on_event
+        self.gate = gate
         self.results: dict[str, MoveResult] = {}
         self.started_at: dict[str, datetime] = {}
         self._waiting: dict[str, str] = {}
@@ -104,12 +126,20 @@ class Execution:
         changed = True  # limits and room change only when a migration ends
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
             while self.pending or running:
+                closed = self.gate() if self.gate is not None and self.pending else None
                 if self.stop.is_set():
                     for m in self.pending:
                         self._skip(m, "Interrupted", "not started: the run was interrupted")
                     self.pending = []
+                elif closed is not None:
+                    for m in self.pending:
+                        self._skip(m, "NotStarted", f"not started: {closed}")
+                    self.pending = []
                 elif changed:
                     for m in self._admitted(list(running.values())):
+                        if self.stop.is_set() or (self.gate is not None and self.gate()):
+                            self.pending.insert(0, m)  # judged again (and skipped) above
+                            continue
                         self._start(pool, running, m)
                 if not running:
                     if self.pending:  # nothing runs and nothing may start: it never will
@@ -175,14 +205,39 @@ class Execution:
             f", rule {m.rule}" if m.rule else "",
             extra={"vm": m.vm, "plan_id": self.plan_id},
         )
-        self.started_at[m.vm] = self.ports.clock.now()
+        started = self.ports.clock.now()
+        seen = self._seen(m)
+        if seen is None:
+            self._skip(m, "VmGone", f"{m.vm} is not seen on {m.source}")
+            return
+        intent = MoveIntent(
+            plan_id=self.plan_id, source=m.source, target=m.target, started_at=started
+        )
+        try:
+            self.ports.recorder.record(
+                m.source,
+                m.vm,
+                seen.reconciler.model_copy(update={"intent": intent}),
+                uuid=seen.uuid,
+            )
+        except ReconcilerError as err:
+            self._skip(
+                m, "IntentNotRecorded", f"not started: the intent could not be written: {err}"
+            )
+            return
+        self.started_at[m.vm] = started
         self.on_event(Event("start", m))
 
         def progress(p: MigrationProgress) -> None:
             self.on_event(Event("progress", m, progress=p))
 
-        future = pool.submit(self.ports.migrator.migrate, m, on_progress=progress, abort=self.abort)
+        future = pool.submit(
+            self.ports.migrator.migrate, m, on_progress=progress, abort=self.abort, uuid=seen.uuid
+        )
         running[future] = m
+
+    def _seen(self, m: Move) -> VmState | None:
+        return next((v for v in self.snapshot.vms if v.name == m.vm and v.host == m.source), None)
 
     def _finish(self, m: Move, future: Future[MigrationResult]) -> None:
         try:
@@ -233,9 +288,10 @@ class Execution:
 
     def _record(self, m: Move, r: MigrationResult, now: datetime) -> None:
         """The move, or its failure, on the domain where the VM runs now."""
-        old = next((v.reconciler for v in self.snapshot.vms if v.name == m.vm), None)
-        if old is None:
+        seen = self._seen(m) or next((v for v in self.snapshot.vms if v.name == m.vm), None)
+        if seen is None:
             return
+        old = seen.reconciler.model_copy(update={"intent": None})
         if r.succeeded:
             host = m.target
             state = old.model_copy(
@@ -258,7 +314,7 @@ class Execution:
             )
             state = old.model_copy(update={"last_failure": failure})
         try:
-            self.ports.recorder.record(host, m.vm, state)
+            self.ports.recorder.record(host, m.vm, state, uuid=seen.uuid)
         except ReconcilerError as err:
             log.warning("could not record the move of %s on %s: %s", m.vm, host, err)
 

@@ -5,6 +5,12 @@ which takes a free or expired lease and renews one already held. Becoming the le
 loop; losing the lease (another holder, or no successful renewal within ``renew_deadline``)
 sets the round's stop event at once, so no new move starts, and the loop falls back to standby.
 Before each batch of migrations the round asks ``confirm()``, which re-reads the lease.
+
+The keeper is also the ``Hold`` port of the acting path: ``valid()`` answers from this
+process's monotonic clock alone (held, and the last confirmed renewal began less than
+``renew_deadline`` ago), so no migration starts after the deadline whatever a renewal call to
+the remote is doing. A keeper thread that dies stops acting for good: ``failure`` says why
+and ``run`` turns /healthz 503.
 """
 
 from __future__ import annotations
@@ -51,14 +57,35 @@ class LeaseKeeper:
         self._monotonic = monotonic
         self._held = False
         self._last_renewed = 0.0
+        self.failure: str | None = None
+        """Why the keeper thread died; None while it runs."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
     @property
     def held(self) -> bool:
+        return self.valid()
+
+    def valid(self) -> bool:
+        """Held, renewed within the deadline by the monotonic clock; no I/O."""
         with self._lock:
-            return self._held
+            if not self._held or self.failure is not None:
+                return False
+            return self._monotonic() - self._last_renewed < self.renew_deadline
+
+    def acquire(self, timeout: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> bool:
+        """Take the lease for a command, waiting up to ``timeout`` seconds; then keep it renewed
+        in the background. False when another holder keeps it that long."""
+        deadline = self._monotonic() + timeout
+        while not self.tick():
+            left = deadline - self._monotonic()
+            if left <= 0:
+                return False
+            sleep(min(self.retry_period, left))
+        if not self._thread.is_alive():
+            self._thread.start()
+        return True
 
     def start(self) -> None:
         self.tick()
@@ -66,6 +93,7 @@ class LeaseKeeper:
 
     def tick(self) -> bool:
         """One attempt to take or renew; returns whether the lease is held afterwards."""
+        began = self._monotonic()  # a renewal counts from when it began: the safe side
         try:
             ok = self.lease.acquire()
         except ReconcilerError as err:
@@ -73,9 +101,9 @@ class LeaseKeeper:
             ok = False
         now = self._monotonic()
         with self._lock:
-            was = self._held
+            was = self._held and now - self._last_renewed < self.renew_deadline
             if ok:
-                self._last_renewed = now
+                self._last_renewed = began
                 self._held = True
             elif not was or now - self._last_renewed >= self.renew_deadline:
                 self._held = False
@@ -85,8 +113,8 @@ class LeaseKeeper:
             self.round_stop.clear()
             self.wakeup.trigger(LEADER)
         elif was and not held:
+            self.round_stop.set()  # first: naming the holder is a call that may hang
             log.warning("lease lost to %s: no new moves start", self.holder() or "nobody")
-            self.round_stop.set()
         if held != was and self.on_change is not None:
             self.on_change(held)
         return held
@@ -108,8 +136,17 @@ class LeaseKeeper:
             return None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.retry_period):
-            self.tick()
+        try:
+            while not self._stop.wait(self.retry_period):
+                self.tick()
+        except Exception as err:  # a bug here must stop acting, never leave a stale "held"
+            log.exception("the lease keeper failed: no new moves start")
+            with self._lock:
+                self.failure = f"{type(err).__name__}: {err}"
+                was, self._held = self._held, False
+            self.round_stop.set()
+            if was and self.on_change is not None:
+                self.on_change(False)
 
     def stop(self) -> None:
         """Stop renewing and release the lease, so a standby takes over at once."""

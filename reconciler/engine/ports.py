@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol
 
+from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
@@ -21,13 +23,18 @@ from reconciler.model.status import ReconcileStatus
 # MigrationProgress and MigrationResult live in the model, where adapters can reach them too
 __all__ = [
     "Clock",
+    "DesiredSource",
     "DomainRecorder",
+    "Hold",
+    "Loaded",
+    "Record",
+    "Recorded",
     "Lease",
     "MigrationProgress",
     "MigrationResult",
     "Migrator",
     "Observer",
-    "PlacementWriter",
+    "TextFile",
     "StatusStore",
 ]
 
@@ -49,8 +56,11 @@ class Migrator(Protocol):
         *,
         on_progress: Callable[[MigrationProgress], None],
         abort: threading.Event,
+        uuid: str | None = None,
     ) -> MigrationResult:
         """Live-migrate ``move.vm`` from its source to its target and verify where it runs.
+
+        The domain is looked up by ``uuid`` when given (a name can be reused), else by name.
 
         Blocks until the job ends; setting ``abort`` aborts the job (the VM stays on the
         source). Never raises for a failed migration: the result says what happened.
@@ -59,8 +69,13 @@ class Migrator(Protocol):
 
 
 class DomainRecorder(Protocol):
-    def record(self, host: str, vm: str, state: ReconcilerState) -> None:
-        """Write the reconciler's record on domain ``vm`` of ``host``, keeping its labels."""
+    def record(
+        self, host: str, vm: str, state: ReconcilerState, *, uuid: str | None = None
+    ) -> None:
+        """Write the reconciler's record on domain ``vm`` of ``host``, keeping its labels.
+
+        The domain is looked up by ``uuid`` when given, else by name.
+        """
         ...
 
 
@@ -92,10 +107,52 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
-class PlacementWriter(Protocol):
-    def write_placement(self, vms: dict[str, str]) -> bool:
-        """Set these VMs' desired hosts in placement.yaml (minimal edit); True if it changed."""
+class Hold(Protocol):
+    """The right to act on one cluster, held for the length of an acting command or round."""
+
+    def valid(self) -> bool:
+        """Held and confirmed within the renew deadline, by this process's monotonic clock.
+
+        No I/O: it answers at once whatever a renewal call is doing, so a hung remote cannot
+        keep a migration starting after the deadline.
+        """
         ...
+
+    def holder(self) -> str | None:
+        """Who holds it, for messages."""
+        ...
+
+
+class DesiredSource(Protocol):
+    """Where the desired state comes from: a folder, or a checkout of the state repository."""
+
+    def load(self) -> Loaded:
+        """The desired state now (a repository is fetched first); ConfigError when invalid."""
+        ...
+
+    def record(self, record: Record) -> Recorded:
+        """Leave the round's record: a minimal placement edit (folder) or an audit commit
+        (repository), three-way against ``record.revision``: a person's change to the same
+        entry made meanwhile is kept and returned as a conflict. The cache is never written."""
+        ...
+
+    def describe(self) -> str:
+        """Where it is, for messages (credentials removed)."""
+        ...
+
+
+class TextFile(Protocol):
+    """One file of a cluster folder that a round edits (placement.yaml)."""
+
+    def read(self) -> str | None:
+        """The text, None when the file does not exist."""
+        ...
+
+    def replace(self, edit: Callable[[str], str]) -> bool:
+        """Apply ``edit`` to the text and replace the file atomically; True if it changed."""
+        ...
+
+    def describe(self) -> str: ...
 
 
 class StateRepo(Protocol):
@@ -107,6 +164,18 @@ class StateRepo(Protocol):
 
     def head(self, branch: str) -> str | None:
         """The last fetched commit of ``branch``, None when the branch does not exist."""
+        ...
+
+    def remote_head(self, branch: str) -> str:
+        """The commit of ``branch`` on the remote now (no fetch), "" when absent."""
+        ...
+
+    def checkout(self, commit: str) -> Path:
+        """The files of ``commit`` in a folder of their own, to read only."""
+        ...
+
+    def parents(self, commit: str) -> list[str]:
+        """The parents of ``commit`` (two or more: a merge)."""
         ...
 
     def show(self, commit: str, path: str) -> str | None:

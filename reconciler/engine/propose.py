@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from reconciler.engine.ports import Forge, StateRepo
 from reconciler.model.audit import PullRequest, short_id
+from reconciler.model.placement import Placement
 from reconciler.model.plan import Move, Plan
 
 PLAN_TRAILER = "Reconciler-Plan"
@@ -65,12 +66,35 @@ class ProposeResult:
     detail: str = ""
 
 
-def commit_message(cluster: str, plan: Plan) -> str:
-    """The subject, then every move and its reason, one a line (trailers are added later)."""
+def commit_message(cluster: str, plan: Plan, placement: Placement | None = None) -> str:
+    """The subject, then every move and its reason, one a line, then every placement entry
+    that changes without a move (adopted drift); trailers are added later."""
     moves = [*plan.moves, *plan.deferred]
-    lines = [f"Placement of cluster {cluster}: {len(moves)} move(s)", ""]
-    lines += [move_line(m) for m in moves] or ["Placement entries updated without moves."]
+    moving = {m.vm for m in moves}
+    current = placement.spec.vms if placement is not None else {}
+    adopted = {
+        vm: host
+        for vm, host in sorted(plan.placement.items())
+        if vm not in moving and vm in current and current[vm] != host
+    }
+    subject = f"Placement of cluster {cluster}: {len(moves)} move(s)"
+    if adopted:
+        subject += f", {len(adopted)} entr{'y' if len(adopted) == 1 else 'ies'} adopted"
+    lines = [subject, ""]
+    lines += [move_line(m) for m in moves]
+    lines += [adopted_line(vm, current[vm], host) for vm, host in adopted.items()]
+    if not moves and not adopted:
+        lines.append("Placement entries updated without moves.")
     return "\n".join(lines)
+
+
+ADOPTED = "Adopted"
+"""The reason of a placement entry changed to where a VM runs, without a migration."""
+
+
+def adopted_line(vm: str, old: str, new: str) -> str:
+    """A placement entry that follows where the VM runs: a move line history reads too."""
+    return f"- {vm}: {old} -> {new} ({ADOPTED}): placement follows where the VM runs, no migration"
 
 
 def move_line(m: Move) -> str:

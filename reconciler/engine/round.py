@@ -5,6 +5,13 @@ only through the ports; the ReconcileStatus is written exactly once, in a ``fina
 happened (Flux's habit), so the next round and the people reading it see the streak, the
 conditions and the last result even after an error.
 
+A look writes nothing: a round that does not hold the cluster (``plan``, ``apply --dry-run``,
+an apply answered "no") writes no status and no domain record. A round writes them when it
+``holds`` the cluster (``run``'s rounds on the active instance, in every mode) or once its
+plan is confirmed. A round that acted leaves its record in the desired state's source (a
+placement edit, or an audit commit) before it returns, while the caller still holds the
+cluster.
+
 Neon's lesson: nothing is decided before a complete observation. When the cluster has never
 been observed completely (a host did not answer), the round plans and reports but moves
 nothing; later, an unreachable host's VMs stay out of balance decisions (the planner treats
@@ -17,19 +24,21 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from reconciler.core import planner
-from reconciler.engine.execute import Event, Execution, Ports
+from reconciler.core import intents, planner
+from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.ports import (
     Clock,
+    DesiredSource,
     DomainRecorder,
+    Hold,
     Migrator,
     Observer,
-    PlacementWriter,
     StatusStore,
 )
 from reconciler.errors import ReconcilerError, TerminalError, TransientError
+from reconciler.model.acting import Record
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
@@ -54,7 +63,10 @@ class RoundPorts:
     recorder: DomainRecorder
     status: StatusStore
     clock: Clock
-    placement: PlacementWriter | None = None
+    source: DesiredSource | None = None
+    """Where the round's record goes when it acted (placement edit or audit commit)."""
+    hold: Hold | None = None
+    """The caller's hold on the cluster: no migration starts once it is not valid."""
 
 
 @dataclass
@@ -69,6 +81,14 @@ class RoundReport:
     interrupted: bool = False
     placement_written: dict[str, str] = field(default_factory=dict)
     error: ReconcilerError | None = None
+    counted: bool = False
+    """The round held the cluster (or its plan was confirmed): its status was written."""
+    not_acting: str | None = None
+    """Why a round that was asked to act and had moves did not start any."""
+    recorded: str | None = None
+    """The audit commit or file the round's record went to."""
+    conflicts: list[str] = field(default_factory=list)
+    record_error: ReconcilerError | None = None
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -83,30 +103,130 @@ def run_round(
     act: bool,
     trigger: str = "manual",
     revision: str | None = None,
+    holds: bool | None = None,
+    audit_trigger: Callable[[Plan], str] | None = None,
     confirm: Callable[[Plan], bool] | None = None,
+    gate: Gate | None = None,
     stop: threading.Event | None = None,
     abort: threading.Event | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
     on_plan: Callable[[Plan, Snapshot], None] = lambda p, s: None,
 ) -> RoundReport:
-    """One round; ``act`` False plans and reports only. Errors end up in the status, re-raised."""
+    """One round; ``act`` False plans and reports only. Errors end up in the status, re-raised.
+
+    ``holds``: the caller holds the cluster for this round, so its status counts even when it
+    does not act (default: ``act``); a plan the caller does not confirm un-counts it.
+    ``gate`` is asked before every migration starts (a window that closed).
+    """
     stop = stop or threading.Event()
     abort = abort or threading.Event()
     started = ports.clock.now()
-    previous = ports.status.load()
+    previous = _trusted(ports.status.load(), started)
     report = RoundReport(status=previous or ReconcileStatus(cluster=_name(desired)))
+    report.counted = act if holds is None else holds
     try:
-        _round(desired, ports, report, previous, act, confirm, stop, abort, on_event, on_plan)
+        _round(desired, ports, report, previous, act, confirm, gate, stop, abort, on_event, on_plan)
     except ReconcilerError as err:
         report.error = err
+        raise
+    except Exception as err:  # a bug is a failed round, never "Applied"
+        log.exception("round failed unexpectedly")
+        report.error = TerminalError(f"unexpected {type(err).__name__}: {err}")
         raise
     finally:
         report.interrupted = stop.is_set()
         report.status = _status(
             desired, previous, report, started, ports.clock.now(), trigger, revision
         )
-        ports.status.save(report.status)
+        if report.acted and ports.source is not None and report.plan is not None:
+            chosen = audit_trigger(report.plan) if audit_trigger is not None else trigger
+            _leave_record(desired, ports.source, report, revision, chosen)
+        if report.counted:
+            ports.status.save(report.status)
     return report
+
+
+SKEW_TOLERANCE = timedelta(minutes=5)
+"""How far in the future a record may be dated before it is distrusted (clock skew)."""
+
+
+def _trusted(status: ReconcileStatus | None, now: datetime) -> ReconcileStatus | None:
+    """The previous status, unless it is dated in the future (then ignored, with a warning)."""
+    if status is None:
+        return None
+    dated = [t for t in (status.last_observed_at, status.observed_since) if t is not None]
+    if status.last_result is not None:
+        dated.append(status.last_result.finished_at)
+    if any(t > now + SKEW_TOLERANCE for t in dated):
+        log.warning(
+            "ignoring the saved status of %s: it is dated in the future (after %s); "
+            "imbalance streaks restart",
+            status.cluster,
+            now.isoformat(timespec="seconds"),
+        )
+        return None
+    return status
+
+
+def _leave_record(
+    desired: DesiredState,
+    source: DesiredSource,
+    report: RoundReport,
+    revision: str | None,
+    trigger: str,
+) -> None:
+    """The round's record in its source, while the caller still holds the cluster."""
+    assert report.plan is not None
+    writes, adopted = placement_updates(desired, report.plan, report.results)
+    try:
+        recorded = source.record(
+            Record(
+                cluster=_name(desired),
+                plan_id=report.plan.plan_id,
+                revision=revision,
+                results=report.results,
+                placement=writes,
+                adopted=adopted,
+                status=report.status,
+                trigger=trigger,
+            )
+        )
+    except ReconcilerError as err:
+        log.error("the round acted but its record could not be written: %s", err)
+        report.record_error = err
+        report.status = report.status.model_copy(
+            update={
+                "conditions": with_condition(
+                    report.status.conditions,
+                    ConditionType.READY,
+                    False,
+                    "RecordFailed",
+                    f"moves done, record not written: {err.message}",
+                    report.status.last_result.finished_at
+                    if report.status.last_result
+                    else report.plan.created_at,
+                )
+            }
+        )
+        return
+    report.recorded = recorded.where
+    report.placement_written = dict(recorded.written)
+    report.conflicts = list(recorded.conflicts)
+    for line in recorded.conflicts:
+        log.warning("placement conflict: %s", line)
+    if recorded.conflicts and report.status.last_result is not None:
+        report.status = report.status.model_copy(
+            update={
+                "conditions": with_condition(
+                    report.status.conditions,
+                    ConditionType.READY,
+                    False,
+                    "PlacementConflict",
+                    "; ".join(recorded.conflicts),
+                    report.status.last_result.finished_at,
+                )
+            }
+        )
 
 
 def _name(desired: DesiredState) -> str:
@@ -120,22 +240,30 @@ def _round(
     previous: ReconcileStatus | None,
     act: bool,
     confirm: Callable[[Plan], bool] | None,
+    gate: Gate | None,
     stop: threading.Event,
     abort: threading.Event,
     on_event: Callable[[Event], None],
     on_plan: Callable[[Plan, Snapshot], None],
 ) -> None:
-    snapshot = ports.observer.observe()
-    report.snapshot = snapshot
-    down = [h for h in snapshot.hosts if not h.reachable]
-    if snapshot.hosts and len(down) == len(snapshot.hosts):
+    observed = ports.observer.observe()
+    down = [h for h in observed.hosts if not h.reachable]
+    if observed.hosts and len(down) == len(observed.hosts):
+        report.snapshot = observed
         lines = "; ".join(f"{h.name}: {h.error or 'unreachable'}" for h in down)
         raise TerminalError(
             f"no host could be observed ({lines})",
             hint="check that libvirtd runs on the hosts and is reachable",
         )
-    history = previous.history() if previous is not None else History()
     now = ports.clock.now()
+    # Records dated in the future are dropped and intents resolved from where each VM runs,
+    # in memory: the plan decides from them; they are written only by a round that holds.
+    sane, distrusted = intents.without_future_records(observed, now + SKEW_TOLERANCE)
+    for line in distrusted:
+        log.warning("ignoring a record dated in the future: %s", line)
+    snapshot, resolutions = intents.resolved(sane, now)
+    report.snapshot = snapshot
+    history = previous.history() if previous is not None else History()
     complete = not down
     if history.observed_since is None and complete:
         history = history.model_copy(update={"observed_since": snapshot.taken_at})
@@ -144,17 +272,26 @@ def _round(
     for line in _decisions(plan):
         log.info(line, extra={"plan_id": plan.plan_id})
     on_plan(plan, snapshot)
-    if act and history.observed_since is not None:
-        snapshot = _record_first_seen(ports, snapshot, history, now)
-    if not act or not plan.moves:
-        return
-    if history.observed_since is None:
-        log.warning(
-            "not acting: the cluster has not been observed completely yet (%s down)",
-            ", ".join(h.name for h in down),
+    ready = act and bool(plan.moves) and history.observed_since is not None
+    if act and plan.moves and history.observed_since is None:
+        report.not_acting = (
+            "the cluster has not been observed completely yet ("
+            + ", ".join(f"{h.name}: {h.error or 'unreachable'}" for h in down)
+            + ")"
         )
+        log.warning("not acting: %s", report.not_acting)
+    if ready and confirm is not None and not confirm(plan):
+        report.counted = False  # answered "no" (or a dry run): a look, nothing written
         return
-    if confirm is not None and not confirm(plan):
+    if ready:
+        report.counted = True
+    if not report.counted:
+        return  # a look: nothing written
+    _write_resolutions(ports, resolutions)
+    if history.observed_since is not None:
+        snapshot = _record_first_seen(ports, snapshot, history, now)
+        report.snapshot = snapshot
+    if not ready:
         return
     report.acted = True
     execution = Execution(
@@ -165,13 +302,34 @@ def _round(
         plan_id=plan.plan_id,
         stop=stop,
         abort=abort,
+        gate=_gates(ports.hold, gate),
         on_event=on_event,
     )
     report.results = execution.run()
-    if ports.placement is not None:
-        writes = placement_updates(desired, plan, report.results)
-        if writes and ports.placement.write_placement(writes):
-            report.placement_written = writes
+
+
+def _gates(hold: Hold | None, gate: Gate | None) -> Gate:
+    """Asked before each migration starts: the hold still valid, the caller's gate open."""
+
+    def check() -> str | None:
+        if hold is not None and not hold.valid():
+            who = hold.holder()
+            return "the hold on the cluster is no longer confirmed" + (
+                f" (held by {who})" if who else ""
+            )
+        return gate() if gate is not None else None
+
+    return check
+
+
+def _write_resolutions(ports: RoundPorts, resolutions: list[intents.Resolution]) -> None:
+    """Intents found on domains, resolved from where the VMs run, written back on them."""
+    for r in resolutions:
+        log.info("resolved an earlier migration of %s: %s", r.vm, r.summary)
+        try:
+            ports.recorder.record(r.host, r.vm, r.state, uuid=r.uuid)
+        except ReconcilerError as err:
+            log.warning("could not record the resolution of %s: %s", r.vm, err)
 
 
 def _decisions(plan: Plan) -> list[str]:
@@ -203,7 +361,7 @@ def _record_first_seen(
             first = since if since is not None and since >= snapshot.taken_at else now
             record = vm.reconciler.model_copy(update={"first_seen": first})
             try:
-                ports.recorder.record(vm.host, vm.name, record)
+                ports.recorder.record(vm.host, vm.name, record, uuid=vm.uuid)
                 vm = vm.model_copy(update={"reconciler": record})
             except ReconcilerError as err:
                 log.warning("could not record first sighting of %s: %s", vm.name, err)
@@ -213,13 +371,15 @@ def _record_first_seen(
 
 def placement_updates(
     desired: DesiredState, plan: Plan, results: list[MoveResult]
-) -> dict[str, str]:
-    """placement.yaml entries that follow what happened, so the next plan has nothing to undo.
+) -> tuple[dict[str, str], dict[str, str]]:
+    """placement.yaml entries that follow what happened, so the next plan has nothing to undo:
+    (every entry to write, those of them adopted from where a VM runs without a move).
 
     VMs listed in the Placement that moved move there too; drift adopted by the plan is written.
     """
     listed = desired.placement.spec.vms
     out: dict[str, str] = {}
+    adopted: dict[str, str] = {}
     moved = {r.vm for r in results if r.outcome is MoveOutcome.SUCCEEDED}
     for r in results:
         if r.vm in moved and r.vm in listed and listed[r.vm] != r.target:
@@ -227,8 +387,8 @@ def placement_updates(
     planned = {m.vm for m in plan.moves + plan.deferred}
     for vm, host in plan.placement.items():
         if vm in listed and listed[vm] != host and vm not in planned:
-            out[vm] = host
-    return out
+            out[vm] = adopted[vm] = host
+    return out, adopted
 
 
 def _status(

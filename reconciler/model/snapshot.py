@@ -63,6 +63,19 @@ class FailedMove(Frozen):
     error: str = Field(description="What libvirt or the reconciler reported.")
 
 
+class MoveIntent(Frozen):
+    """A migration the reconciler is about to start, written on the domain before it starts.
+
+    It travels with the VM; whoever finds it later (a restart after a crash, the next round)
+    resolves it from where the VM really runs: on the target, a move; on the source, a failure.
+    """
+
+    plan_id: str | None = None
+    source: str
+    target: str
+    started_at: AwareDatetime
+
+
 class ReconcilerState(Frozen):
     """The reconciler's own record on a domain, kept in its libvirt metadata.
 
@@ -79,6 +92,9 @@ class ReconcilerState(Frozen):
     last_plan_id: str | None = Field(default=None, description="The plan of the last move.")
     moves: int = Field(default=0, ge=0, description="Moves made by the reconciler.")
     last_failure: FailedMove | None = None
+    intent: MoveIntent | None = Field(
+        default=None, description="A migration started and not yet resolved."
+    )
 
 
 class VmState(Frozen):

@@ -129,3 +129,8 @@ def with_condition(
     new = Condition(type=kind, status=status, reason=reason, message=message, last_transition=since)
     out = [c for c in conditions if c.type is not kind] + [new]
     return sorted(out, key=lambda c: list(ConditionType).index(c.type))
+
+
+def status_json(status: ReconcileStatus) -> str:
+    """The status as the JSON written to status.json and to the audit commit."""
+    return status.model_dump_json(by_alias=True, indent=2, exclude_none=False) + "\n"

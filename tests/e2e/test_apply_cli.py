@@ -213,20 +213,34 @@ def test_sigkill_mid_batch_then_apply_again_moves_no_vm_twice(
     assert set(after) == set(records)
 
 
-def test_a_second_apply_is_refused_while_one_holds_the_lock(
+def test_a_second_apply_is_refused_while_one_holds_the_cluster_whatever_its_state_dir(
     own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reconciler.adapters.lease_file import FileLease, lock_path
+    from reconciler.adapters.lease_file import FileLease, cluster_lock_path
+    from reconciler.config import load_desired
 
-    folder, state = own_lab.cluster_dir, tmp_path / "state"
-    lock = FileLease(lock_path(state, own_lab_name(folder)), command="run")
+    folder = own_lab.cluster_dir
+    cluster = load_desired(folder).cluster
+    hosts = [(h.name, h.uri) for h in cluster.spec.hosts]
+    lock = FileLease(cluster_lock_path(cluster.metadata.name, hosts), command="run")
     assert lock.acquire()
     try:
-        code, _, err = reconciler(capsys, "apply", folder, "--yes", "--state-dir", state)
+        for state in ("state-1", "state-2"):
+            code, _, err = reconciler(
+                capsys, "apply", folder, "--yes", "--state-dir", tmp_path / state
+            )
+            assert code == 1
+            assert f"pid {os.getpid()}" in err
+            assert "is held by run" in err
+        started = time.monotonic()
+        code, _, err = reconciler(
+            capsys, "apply", folder, "--yes", "--lock-timeout", "1s", "--state-dir", tmp_path
+        )
+        assert code == 1
+        assert time.monotonic() - started >= 1.0, "it waited for the holder"
+        assert "waited 1 s" in err
     finally:
         lock.release()
-    assert code == 1
-    assert f"pid {os.getpid()}" in err
     assert read_lab(Path(own_lab.dir)) is not None
 
 

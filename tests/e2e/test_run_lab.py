@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.yaml_edit import write_placement
+from reconciler.adapters.text_file import rewrite_file
+from reconciler.config.yaml_edit import set_placement
 from tests.e2e.test_apply_cli import assert_sound, domains
 
 pytestmark = pytest.mark.lab
@@ -154,7 +155,7 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
         # A placement edit is acted on within seconds, not at the next interval.
         vm, host = sorted(where.items())[0]
         target = next(h.name for h in own_lab.hosts if h.name != host)
-        write_placement(folder / "placement.yaml", {vm: target})
+        rewrite_file(folder / "placement.yaml", lambda t: set_placement(t, {vm: target}))
         took = wait_until(
             f"{vm} moved to {target}", lambda: running_on(own_lab, vm) == [target], 60, log
         )

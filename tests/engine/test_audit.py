@@ -29,7 +29,7 @@ def record(repo: object, **kw: object) -> str:
         "source": "c0", "trigger": "merge", "actor": "reconciler@host-1",
     }  # fmt: skip
     args.update(kw)
-    return record_batch(repo, **args)  # type: ignore[arg-type]
+    return record_batch(repo, **args).commit  # type: ignore[arg-type]
 
 
 class RacingRepo(FakeRepo):

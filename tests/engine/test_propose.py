@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +70,27 @@ class FakeRepo:
             del self.branches[branch]
         else:
             self.branches[branch] = commit
+
+    def remote_head(self, branch: str) -> str:
+        return self.branches.get(branch, "")
+
+    def parents(self, commit: str) -> list[str]:
+        parent = self.commits_[commit][0]
+        return [] if parent is None else [parent]
+
+    def checkout(self, commit: str) -> Path:
+        """The files of ``commit`` and its ancestors (nearest wins) in a folder of their own."""
+        root = Path(tempfile.mkdtemp(prefix=f"fake-{commit}-"))
+        chain: list[str] = []
+        sha: str | None = commit
+        while sha is not None:
+            chain.append(sha)
+            sha = self.commits_[sha][0]
+        for sha in reversed(chain):
+            for path, text in self.commits_[sha][2].items():
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                (root / path).write_text(text, encoding="utf-8")
+        return root
 
     def person_commits(self, branch: str) -> None:
         sha = f"p{next(self.counter)}"

@@ -23,7 +23,7 @@ from tests.fakes import (
     FakeCluster,
     FakeHost,
     FakeVm,
-    MemoryPlacementWriter,
+    MemorySource,
     MemoryStatusStore,
 )
 
@@ -40,7 +40,7 @@ def unbalanced(n_hot: int = 6, hosts: int = 3) -> FakeCluster:
 
 
 def ports(
-    fake: FakeCluster, store: MemoryStatusStore | None = None, writer: object = None
+    fake: FakeCluster, store: MemoryStatusStore | None = None, source: MemorySource | None = None
 ) -> RoundPorts:
     return RoundPorts(
         observer=fake,
@@ -48,7 +48,7 @@ def ports(
         recorder=fake,
         status=store or MemoryStatusStore(),
         clock=fake.clock,
-        placement=writer,  # type: ignore[arg-type]
+        source=source,
     )
 
 
@@ -218,9 +218,9 @@ def test_a_vm_that_appears_after_the_first_round_is_young_for_min_uptime() -> No
 def test_placement_follows_balance_moves_of_listed_vms() -> None:
     fake = unbalanced()
     listed = {f"vm{i}": "h0" for i in range(6)}
-    writer = MemoryPlacementWriter(listed)
     d = desired([host("h0"), host("h1"), host("h2")], threshold=10, placement=listed, drift="adopt")
-    report = run_round(d, ports(fake, writer=writer), act=True)
+    writer = MemorySource(d, listed)
+    report = run_round(d, ports(fake, source=writer), act=True)
     moved = {r.vm: r.target for r in report.results if r.outcome is MoveOutcome.SUCCEEDED}
     assert moved
     assert {vm: writer.placement[vm] for vm in moved} == moved

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from reconciler.adapters.forges import GitHubForge, GitLabForge, open_forge
-from reconciler.errors import ForgeError
+from reconciler.errors import ForgeError, ForgeUnavailable
 from tests.forges.servers import TOKEN, FakeForge, GiteaServer, GitHubServer, GitLabServer, serving
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -73,7 +73,7 @@ def test_a_wrong_token_is_an_error_without_the_token(caplog: pytest.LogCaptureFi
 
 def test_unreachable_forge_and_bad_project() -> None:
     client = open_forge("gitlab", project="a/b", token=TOKEN, api_url="http://127.0.0.1:9/api/v4")
-    with pytest.raises(ForgeError, match="ConnectError"):
+    with pytest.raises(ForgeUnavailable, match="ConnectError"):  # transient: retried
         client.find_open("x")
     with pytest.raises(ForgeError, match="not OWNER/NAME"):
         open_forge("github", project="justname", token=TOKEN)

@@ -6,18 +6,15 @@ request shows only the lines that matter. ruamel.yaml's round-trip mode keeps al
 the indentation is not recorded by it, so it is found by trying the usual layouts until one
 reproduces the original text exactly.
 
-The text functions are pure (text in, text out); ``rewrite_file`` applies one to a file
-atomically (a temporary file in the same folder, renamed over the original).
+Pure functions, text in, text out: the engine edits text read from git with them, and
+``reconciler.adapters.yaml_edit`` applies them to files.
 """
 
 from __future__ import annotations
 
 import copy
 import io
-import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -196,8 +193,8 @@ def _hosts(doc: CommentedMap, file: str) -> CommentedSeq:
 def set_maintenance(text: str, host: str, maintenance: bool, *, file: str = "cluster.yaml") -> str:
     """Set or clear ``maintenance: true`` of ``host`` in the Cluster document of ``text``.
 
-    An existing ``maintenance`` key keeps its place and comment; clearing a host that has
-    none leaves the text alone (false is the default).
+    Setting keeps an existing ``maintenance`` key's place and comment; clearing removes the
+    key (false is the default), so ``undrain`` takes away what ``drain`` added.
     """
     y, docs = _load(text, file)
     for doc in _documents_of_kind(docs, "Cluster", file):
@@ -206,7 +203,10 @@ def set_maintenance(text: str, host: str, maintenance: bool, *, file: str = "clu
                 current = bool(entry.get("maintenance", False))
                 if current == maintenance or ("maintenance" not in entry and not maintenance):
                     return text
-                entry["maintenance"] = maintenance
+                if maintenance:
+                    entry["maintenance"] = True
+                else:
+                    del entry["maintenance"]
                 return _dump(y, docs)
     raise ConfigError(
         f"{file}: host {host!r} is not in the Cluster",
@@ -214,44 +214,33 @@ def set_maintenance(text: str, host: str, maintenance: bool, *, file: str = "clu
     )
 
 
-def rewrite_file(path: Path, edit: Callable[[str], str]) -> bool:
-    """Apply ``edit`` to the text of ``path`` and replace it atomically; True if it changed."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
-    new = edit(text)
-    if new == text:
-        return False
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(new)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
+def placement_entries(text: str | None, *, file: str = "placement.yaml") -> dict[str, str]:
+    """The VM -> host entries of the Placement document in ``text`` ({} when there is none)."""
+    if not text:
+        return {}
+    _, docs = _load(text, file)
+    out: dict[str, str] = {}
+    for doc in _documents_of_kind(docs, "Placement", file):
+        spec = doc.get("spec")
+        vms = spec.get("vms") if isinstance(spec, Mapping) else None
+        if isinstance(vms, Mapping):
+            out.update({str(k): str(v) for k, v in vms.items()})
+    return out
 
 
-def write_placement(path: Path, vms: Mapping[str, str]) -> bool:
-    """Set these VMs' desired hosts in the Placement file ``path``; True if it changed."""
-    return rewrite_file(path, lambda text: set_placement(text, vms, file=str(path)))
+def three_way(
+    base: Mapping[str, str], theirs: Mapping[str, str], ours: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Which of ``ours`` (entries a round wants to write) to write over ``theirs`` (the file
+    now), given ``base`` (the file the round read): (to write, kept as a person wrote them).
 
-
-def write_maintenance(path: Path, host: str, maintenance: bool) -> bool:
-    """Set or clear maintenance of ``host`` in the Cluster file ``path``; True if it changed."""
-    return rewrite_file(path, lambda text: set_maintenance(text, host, maintenance, file=str(path)))
-
-
-class PlacementFile:
-    """The ``PlacementWriter`` port over one placement.yaml."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write_placement(self, vms: dict[str, str]) -> bool:
-        return write_placement(self.path, vms)
+    An entry a person changed since ``base`` is theirs: the round does not overwrite it.
+    """
+    write: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for vm, host in ours.items():
+        if theirs.get(vm) != base.get(vm) and theirs.get(vm) != host:
+            kept[vm] = theirs.get(vm, "(removed)")
+        else:
+            write[vm] = host
+    return write, kept

@@ -11,7 +11,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.adapters import yaml_edit
+from reconciler.adapters.text_file import rewrite_file
+from reconciler.config import yaml_edit
 from reconciler.config.kinds import model_from_document
 from reconciler.config.yaml_source import documents_from_text
 from reconciler.errors import ConfigError
@@ -123,6 +124,7 @@ def test_maintenance_added_to_a_host_without_it_and_cleared_again() -> None:
     assert yaml_edit.set_maintenance(text, "kvm-02", False) is text
     off = yaml_edit.set_maintenance(on, "kvm-02", False)
     assert not cluster_of(off).spec.hosts[1].maintenance
+    assert off == text, "undrain removes exactly what drain added"
 
 
 def test_unknown_host_is_a_config_error() -> None:
@@ -135,8 +137,12 @@ def test_rewrite_file_is_atomic_and_keeps_the_mode(tmp_path: Path) -> None:
     path = tmp_path / "placement.yaml"
     path.write_text(PREFIX + "spec: {}\n")
     path.chmod(0o640)
-    assert yaml_edit.write_placement(path, {"a": "h1"})
-    assert not yaml_edit.write_placement(path, {"a": "h1"})
+
+    def edit(text: str) -> str:
+        return yaml_edit.set_placement(text, {"a": "h1"})
+
+    assert rewrite_file(path, edit)
+    assert not rewrite_file(path, edit)
     assert placement_of(path.read_text()).spec.vms == {"a": "h1"}
     assert path.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["placement.yaml"]

@@ -1,0 +1,234 @@
+"""The one acting path, built in the composition root: a desired-state source, one hold per
+cluster, the round's ports.
+
+Every command that moves VMs (``apply``, ``drain --apply``, ``run`` in every mode) builds
+these three from its arguments here, and nothing else: the source reads the folder or the
+state repository and records what a round did (placement edit or audit commit); the hold is
+the git lease with ``--repo``, etcd with ``--coordination``, else a lock keyed by the cluster
+itself (its name and hosts), so two state directories on one machine cannot both act.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reconciler import config
+from reconciler.cli.common import DEFAULT_REPO_FOLDER, cluster_folder, status_store
+from reconciler.errors import TerminalError
+from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Plan, Reason
+
+if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
+    from reconciler.engine.leadership import LeaseKeeper
+    from reconciler.engine.ports import DesiredSource, Hold
+    from reconciler.engine.round import RoundPorts
+    from reconciler.engine.triggers import Wakeup
+
+COORDINATION_ENV = "RECONCILER_COORDINATION"
+RETRY_PERIOD = 2.0
+RENEW_DEADLINE = 10.0
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def default_actor() -> str:
+    return os.environ.get("RECONCILER_ACTOR") or f"reconciler@{socket.gethostname()}"
+
+
+def lock_timeout(text: str) -> float:
+    """``--lock-timeout``: 0, 30s, 5m, 1h (seconds when no unit)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 5m or 1h")
+    value = float(match[1])
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match[2] or "s"]
+    seconds = value * scale
+    if seconds > timedelta(days=1).total_seconds():
+        raise argparse.ArgumentTypeError(f"{text} is longer than a day; wait at most 24h")
+    return seconds
+
+
+def add_hold_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lock-timeout",
+        type=lock_timeout,
+        default=0.0,
+        metavar="DURATION",
+        help="when another command or instance holds the cluster, wait up to this long for it "
+        "(e.g. 30s, 5m) instead of exiting 1 at once",
+    )
+    p.add_argument(
+        "--coordination",
+        default=os.environ.get(COORDINATION_ENV) or None,
+        metavar="URL",
+        help="hold the cluster through a coordination service instead of the git lease or "
+        f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${COORDINATION_ENV})",
+    )
+
+
+def build_source(args: argparse.Namespace, *, actor: str | None = None) -> DesiredSource:
+    """The folder, or the state repository's branch with ``--repo``."""
+    if getattr(args, "repo", None):
+        # imported here: GitPython needs the git binary at import, commands without --repo do not
+        from reconciler.adapters.git_repo import GitStateRepo
+        from reconciler.engine.sources import RepoSource
+
+        repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
+        folder = str(args.path) if args.path is not None else DEFAULT_REPO_FOLDER
+        return RepoSource(
+            repo,
+            branch=getattr(args, "branch", "main"),
+            folder=folder,
+            read=config.load_desired,
+            actor=actor or getattr(args, "actor", None) or default_actor(),
+            audit_branch=getattr(args, "audit_branch", None),
+            display=repo.display_url,
+        )
+    from reconciler.adapters.text_file import TextFile
+    from reconciler.engine.sources import FolderSource
+
+    path = cluster_folder(args.path)
+    return FolderSource(path, read=config.load_desired, placement=TextFile(path / "placement.yaml"))
+
+
+def build_hold(
+    args: argparse.Namespace,
+    desired: DesiredState,
+    *,
+    command: str,
+    state_dir: Path | None = None,
+    wakeup: Wakeup | None = None,
+    round_stop: Any = None,
+    on_change: Any = None,
+) -> LeaseKeeper:
+    """The hold on ``desired``'s cluster for ``command``, not yet taken."""
+    import threading
+
+    from reconciler.adapters.lease_file import FileLease, cluster_lock_path
+    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.engine.leadership import LeaseKeeper
+    from reconciler.engine.triggers import Wakeup
+
+    cluster = desired.cluster.metadata.name
+    identity = getattr(args, "identity", None)
+    lease: Any
+    coordination = getattr(args, "coordination", None)
+    if coordination:
+        lease = _tooz_lease(coordination, cluster, identity, command)
+    elif getattr(args, "repo", None):
+        from reconciler.adapters.lease_git import GitLease
+
+        base = state_dir or getattr(args, "state_dir", None) or default_state_dir()
+        lease = GitLease(
+            args.repo,
+            cluster,
+            base / cluster / "lease.git",
+            identity=identity or _identity(command),
+        )
+    else:
+        hosts = [(h.name, h.uri) for h in desired.cluster.spec.hosts]
+        lease = FileLease(cluster_lock_path(cluster, hosts), command=command)
+    return LeaseKeeper(
+        lease,
+        wakeup or Wakeup(),
+        round_stop if round_stop is not None else threading.Event(),
+        retry_period=RETRY_PERIOD,
+        renew_deadline=RENEW_DEADLINE,
+        on_change=on_change,
+    )
+
+
+def _identity(command: str) -> str:
+    return f"{command}@{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+
+
+def _tooz_lease(url: str, cluster: str, identity: str | None, command: str) -> Any:
+    import importlib
+
+    try:
+        module = importlib.import_module("reconciler.adapters.lease_tooz")
+    except ImportError as err:
+        raise TerminalError(
+            f"--coordination needs the tooz coordination library: {err}",
+            hint="install the project with its dependencies (make setup)",
+        ) from err
+    return module.ToozLease(url, cluster, identity=identity or _identity(command))
+
+
+def take_hold(keeper: LeaseKeeper, cluster: str, timeout: float) -> None:
+    """Take the hold, waiting up to ``timeout``; TerminalError naming the holder (exit 1)."""
+    if keeper.acquire(timeout):
+        return
+    who = keeper.holder() or "an unknown holder"
+    waited = f" (waited {timeout:g} s)" if timeout else ""
+    raise TerminalError(
+        f"cluster {cluster!r} is held by {who}{waited}",
+        hint="wait for it to finish, or pass --lock-timeout DURATION to wait for it; "
+        "a holder that died gives the cluster up by itself",
+    )
+
+
+def round_ports(
+    args: argparse.Namespace,
+    desired: DesiredState,
+    *,
+    source: DesiredSource | None,
+    hold: Hold | None,
+    state_dir: Path | None = None,
+) -> RoundPorts:
+    """The real adapters behind the round's ports; libvirt is imported only here."""
+    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
+    from reconciler.adapters.libvirt_migrator import LibvirtMigrator
+    from reconciler.adapters.libvirt_recorder import LibvirtRecorder
+    from reconciler.cli.common import observe_overrides
+    from reconciler.engine.round import RoundPorts
+
+    if state_dir is not None:
+        args = argparse.Namespace(**{**vars(args), "state_dir": state_dir})
+    return RoundPorts(
+        observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
+        migrator=LibvirtMigrator(desired),
+        recorder=LibvirtRecorder(desired.cluster),
+        status=status_store(args, desired.cluster.metadata.name),
+        clock=SystemClock(),
+        source=source,
+        hold=hold,
+    )
+
+
+def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:
+    """The Reconciler-Trigger of a round's audit commit, from its plan and what started it."""
+
+    def pick(plan: Plan) -> str:
+        reasons = {m.reason for m in plan.moves}
+        if Reason.MAINTENANCE in reasons:
+            return "maintenance"
+        if merge:  # a change of the desired state (a merged proposal) asked for these moves
+            return "merge"
+        if reasons and reasons <= {Reason.DRIFT}:
+            return "drift"
+        if round_trigger in ("manual", "merge", "schedule", "drift", "maintenance"):
+            return round_trigger
+        return "schedule"
+
+    return pick
+
+
+def source_folder(source: DesiredSource) -> Path:
+    """The folder a folder source reads (for watching it)."""
+    from reconciler.engine.sources import FolderSource
+
+    if not isinstance(source, FolderSource):
+        raise TypeError("not a folder source")
+    return source.folder
