@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
-	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git
+	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git etcd-server
 
 .PHONY: demo test setup system-packages lint check clean
 
@@ -16,6 +16,10 @@ system-packages:
 	  echo "installing system packages:" $$missing; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi; \
+	if echo $$missing | grep -qw etcd-server && [ -d /run/systemd/system ]; then \
+	  echo "etcd-server is only needed for its binary (tests start their own): disabling the etcd service it started"; \
+	  $(SUDO) systemctl disable --now etcd.service || true; \
 	fi
 
 $(VENV)/.installed: pyproject.toml | system-packages
