@@ -154,16 +154,9 @@ def _identity(command: str) -> str:
 
 
 def _tooz_lease(url: str, cluster: str, identity: str | None, command: str) -> Any:
-    import importlib
+    from reconciler.adapters.lease_tooz import ToozLease
 
-    try:
-        module = importlib.import_module("reconciler.adapters.lease_tooz")
-    except ImportError as err:
-        raise TerminalError(
-            f"--coordination needs the tooz coordination library: {err}",
-            hint="install the project with its dependencies (make setup)",
-        ) from err
-    return module.ToozLease(url, cluster, identity=identity or _identity(command))
+    return ToozLease(url, cluster, identity=identity or _identity(command))
 
 
 def take_hold(keeper: LeaseKeeper, cluster: str, timeout: float) -> None:
