@@ -327,13 +327,52 @@ class _Planner:
                     refusals[v] = refusal
                     left.append((v, t, why))
             if len(left) == len(pending):
-                break
+                if not self._park(left):
+                    break
+                left = [item for item in left if item[0] not in self.out.moved]
             pending = left
         for v, _, why in pending:
             if v not in self.out.moved:
                 self.vm_problem(
                     v, Code.NO_FEASIBLE_HOST, f"{why}; it cannot go back: {refusals[v].text}"
                 )
+
+    def _park(self, pending: list[tuple[int, int, str]]) -> bool:
+        """Unblock one revert by moving a drifted VM in its way to a free host for now.
+
+        Reverts that block each other (a swap of two VMs kept apart by a required
+        anti-affinity, their desired hosts each taken by the other) have no direct order. One
+        of them parks on a third host that keeps every rule; the other then reverts, and the
+        parked VM reaches its own desired host in the next round (a VM moves once per plan).
+        True when a parking move and the revert it unblocks were made.
+        """
+        for v, t, why in pending:
+            if v in self.out.moved:
+                continue
+            unit_v = unit_of(self.state, v)
+            for w, target_w, why_w in pending:
+                if w == v or w in self.out.moved or unit_of(self.state, w) != (w,):
+                    continue
+                avoid = {t, target_w, self.state.host_of[w], self.state.host_of[v]}
+                parks = [h for h in candidate_hosts(self.state, w) if h not in avoid]
+                for h in sorted(parks, key=self.host):
+                    if check_unit(self.state, (w,), h, self.limits) is not None:
+                        continue
+                    trial = self.state.copy()
+                    trial.move(w, h)
+                    if check_unit(trial, unit_v, t, self.limits) is not None:
+                        continue
+                    self.apply(
+                        w,
+                        h,
+                        Reason.DRIFT,
+                        None,
+                        f"{why_w}; it waits on {self.host(h)} so that {self.name(v)} can take "
+                        f"its place first (no direct order keeps the rules), and goes to "
+                        f"{self.host(target_w)} in the next round.",
+                    )
+                    return self.revert(v, t, why) is None
+        return False
 
     # -- host rules ----------------------------------------------------------------------------
 
