@@ -69,8 +69,19 @@ def _sections(
     plan: Plan, current: Mapping[str, str] | None, max_moves: int | None
 ) -> list[list[str]]:
     moves = plan.moves if max_moves is None else plan.moves[:max_moves]
-    updates = len(placement_updates(plan, current)) if current is not None else 0
-    out: list[list[str]] = [[f"**{summary_line(plan, updates)}**"]]
+    changes = placement_updates(plan, current) if current is not None else []
+    out: list[list[str]] = [[f"**{summary_line(plan, len(changes))}**"]]
+    if changes:
+        out.append(
+            [
+                "### Placement entries changed without a move",
+                "",
+                *(
+                    f"- `{vm}`: {old or '(unlisted)'} → {new or '(removed)'}"
+                    for vm, old, new in changes
+                ),
+            ]
+        )
     if plan.moves:
         block = ["### Moves", "", *_move_rows(moves)]
         if len(moves) < len(plan.moves):

@@ -28,3 +28,20 @@ def test_body_keeps_the_marker_and_fits_any_limit() -> None:
         assert plan_marker(plan.plan_id) in body
         assert "```json" not in body
     assert "more (see the commit message)" in pr_body(plan, current, source="c", limit=65_536)
+
+
+def test_adopted_drift_without_a_move_is_named_in_the_body_and_the_commit_message() -> None:
+    from reconciler.cli.history import parse_moves
+    from reconciler.engine.propose import commit_message
+
+    base = busy_plan()
+    moving = {m.vm for m in base.moves}
+    current = {**{vm: host for vm, host in base.placement.items()}, "quiet-vm": "kvm-01"}
+    plan = base.model_copy(update={"placement": {**base.placement, "quiet-vm": "kvm-03"}})
+    assert "quiet-vm" not in moving
+    body = pr_body(plan, placement(current), source="c" * 40, limit=65_536)
+    assert "`quiet-vm`: kvm-01 → kvm-03" in body
+    message = commit_message("lab", plan, placement(current))
+    assert "entry adopted" in message.splitlines()[0]
+    parsed = {m.vm: (m.source, m.target, m.reason) for m in parse_moves(message)}
+    assert parsed["quiet-vm"] == ("kvm-01", "kvm-03", "Adopted"), "history reads it too"
