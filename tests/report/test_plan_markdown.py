@@ -36,7 +36,7 @@ def test_adopted_drift_without_a_move_is_named_in_the_body_and_the_commit_messag
 
     base = busy_plan()
     moving = {m.vm for m in base.moves}
-    current = {**{vm: host for vm, host in base.placement.items()}, "quiet-vm": "kvm-01"}
+    current = {**base.placement, "quiet-vm": "kvm-01"}
     plan = base.model_copy(update={"placement": {**base.placement, "quiet-vm": "kvm-03"}})
     assert "quiet-vm" not in moving
     body = pr_body(plan, placement(current), source="c" * 40, limit=65_536)
