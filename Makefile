@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
-	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git
+	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git \
+	prometheus systemd
 
 .PHONY: demo test setup system-packages lint check clean
 
