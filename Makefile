@@ -42,8 +42,8 @@ demo: setup
 	@echo; echo "The lab keeps running: try '$(VENV)/bin/reconciler lab status'; stop it with '$(VENV)/bin/reconciler lab down'."
 
 lint: setup
-	$(VENV)/bin/ruff check reconciler tests benchmarks
-	$(VENV)/bin/ruff format --check reconciler tests benchmarks
+	$(VENV)/bin/ruff check reconciler tests benchmarks deploy
+	$(VENV)/bin/ruff format --check reconciler tests benchmarks deploy
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
