@@ -5,6 +5,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# prometheus: promtool and a Prometheus server for tests/deploy (each test starts its own on a
+# free loopback port with a temporary config; the package's own service is neither needed nor
+# touched). systemd: systemd-analyze for the unit's security score.
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
 	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git \
 	prometheus systemd
