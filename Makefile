@@ -5,8 +5,12 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# prometheus: promtool and a Prometheus server for tests/deploy (each test starts its own on a
+# free loopback port with a temporary config; the package's own service is neither needed nor
+# touched). systemd: systemd-analyze for the unit's security score.
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
-	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git etcd-server
+	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git etcd-server \
+	prometheus systemd
 
 .PHONY: demo test setup system-packages lint check clean
 
@@ -45,8 +49,8 @@ demo: setup
 	@echo; echo "The lab keeps running: try '$(VENV)/bin/reconciler lab status'; stop it with '$(VENV)/bin/reconciler lab down'."
 
 lint: setup
-	$(VENV)/bin/ruff check reconciler tests benchmarks
-	$(VENV)/bin/ruff format --check reconciler tests benchmarks
+	$(VENV)/bin/ruff check reconciler tests benchmarks deploy
+	$(VENV)/bin/ruff format --check reconciler tests benchmarks deploy
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -51,6 +51,24 @@ class Metrics:
             ["cluster", "arch"],
             registry=r,
         )
+        self.spread_threshold = Gauge(
+            "reconciler_spread_threshold",
+            "The policy's threshold for the spread within one CPU architecture, percent.",
+            ["cluster", "arch"],
+            registry=r,
+        )
+        self.spread_rounds_over = Gauge(
+            "reconciler_spread_rounds_over",
+            "Consecutive rounds the spread has been over the threshold, the last one included.",
+            ["cluster", "arch"],
+            registry=r,
+        )
+        self.spread_hold_rounds = Gauge(
+            "reconciler_spread_hold_rounds",
+            "The policy's holdRounds: rounds over the threshold before balancing starts.",
+            ["cluster", "arch"],
+            registry=r,
+        )
         self.host_score = Gauge(
             "reconciler_host_score",
             "Load score of a host, percent.",
@@ -123,6 +141,9 @@ class Metrics:
     def record_plan(self, plan: Plan) -> None:
         for spread in plan.spreads:
             self.spread.labels(self.cluster, spread.arch).set(spread.before)
+            self.spread_threshold.labels(self.cluster, spread.arch).set(spread.threshold)
+            self.spread_rounds_over.labels(self.cluster, spread.arch).set(spread.rounds_over)
+            self.spread_hold_rounds.labels(self.cluster, spread.arch).set(spread.hold_rounds)
         for host in plan.hosts:
             if host.known:
                 self.host_score.labels(self.cluster, host.host).set(host.score_before)

@@ -1,0 +1,139 @@
+"""A real ``reconciler run`` on a libvirt test-driver lab, scraped by a real Prometheus.
+
+Both are processes on loopback ports chosen free; the Prometheus server is Debian's
+``/usr/bin/prometheus``, started on a temporary configuration and data folder (the package's
+own service, if any, is not used).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from reconciler.cli import main
+from tests.deploy.promtools import REPO, RULES
+
+SCRAPE_SECONDS = 1
+POLICY_EDITS = {
+    # act (the test driver cannot migrate: every move fails, which the dashboard shows)
+    "  mode: propose ": "  mode: apply ",
+    # a round every 2 s, so a few seconds hold several rounds
+    "  interval: 15m ": "  interval: 2s ",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def lab_folder(directory: Path) -> Path:
+    """A test-driver lab (3 hosts, 8 VMs, unbalanced) whose policy acts every 2 s, always."""
+    assert main(["lab", "up", "--driver", "test", "--dir", str(directory)]) == 0
+    folder = directory / "cluster-state"
+    policy = folder / "policy.yaml"
+    text = policy.read_text()
+    for old, new in POLICY_EDITS.items():
+        assert old in text, f"the lab's policy.yaml changed: no {old.strip()!r}"
+        text = text.replace(old, new)
+    policy.write_text(text.split("\n  windows:")[0] + "\n")  # no windows: act at any time
+    return folder
+
+
+class Process:
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=log.parent
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text().splitlines()[-20:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def start_run(folder: Path, directory: Path) -> tuple[Process, int]:
+    port = free_port()
+    argv = [sys.executable, "-m", "reconciler", "run", str(folder)]
+    argv += ["--state-dir", str(directory / "state"), "--listen", f"127.0.0.1:{port}"]
+    run = Process(argv, directory / "run.log", env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run, port
+
+
+def start_prometheus(binary: str, target_port: int, directory: Path) -> tuple[Process, str]:
+    port = free_port()
+    config = directory / "prometheus.yml"
+    config.write_text(
+        f"global: {{scrape_interval: {SCRAPE_SECONDS}s, evaluation_interval: 1s}}\n"
+        f"rule_files: [{RULES}]\n"
+        "scrape_configs:\n"
+        "  - job_name: reconciler\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+    )
+    argv = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={directory / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    return Process(argv, directory / "prometheus.log"), f"http://127.0.0.1:{port}"
+
+
+class PromApi:
+    """Prometheus's HTTP API: /api/v1/query and friends, raising on an error answer."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        body = r.json()
+        assert body.get("status") == "success", f"{path} {params}: {r.status_code} {body}"
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.get("/api/v1/query", query=expr)
+        assert data["resultType"] == "vector", f"{expr}: {data['resultType']}"
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Any:
+        return self.get("/api/v1/query_range", query=expr, start=start, end=end, step=step)
