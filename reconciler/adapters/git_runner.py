@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from reconciler.errors import GitError, RemoteUnreachable, TransientError
-from reconciler.redact import register, scrub
+from reconciler.redact import SECRET_ENV, register, scrub
 
 GIT_TIMEOUT = 20.0
 """Seconds a git call may take, unless ``RECONCILER_GIT_TIMEOUT`` or the caller says."""
@@ -47,6 +47,7 @@ GitHub takes any name with a token, GitLab and Gitea take a token as the passwor
 user name (GitLab's OAuth tokens want ``oauth2``: set it)."""
 
 _KILL_GRACE = 5.0
+_TOKEN_LIKE = 16  # a user name this long in a URL is taken for a token and scrubbed
 _INHERITED_REPO_ENV = (  # a caller's repository must never redirect ours
     "GIT_DIR",
     "GIT_WORK_TREE",
@@ -108,7 +109,8 @@ class Remote:
         if at and token:  # https://alice@host with the token in the environment
             return cls(bare, display, user, token)
         if at:  # https://TOKEN@host: the token as the user name (GitHub's form)
-            register(user, user_raw)
+            if len(user) >= _TOKEN_LIKE:  # not a plain name, which would mask common words
+                register(user, user_raw)
             return cls(bare, display, user, "")
         if token:
             return cls(bare, display, env.get(USERNAME_ENV) or DEFAULT_USERNAME, token)
@@ -167,7 +169,9 @@ class GitRunner:
         self._env = dict(env or {})
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if k not in _INHERITED_REPO_ENV}
+        # neither a caller's repository nor the reconciler's own secrets reach git (or its hooks)
+        drop = {*_INHERITED_REPO_ENV, *SECRET_ENV}
+        base = {k: v for k, v in os.environ.items() if k not in drop}
         base.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C", **self._env})
         base.update(self.remote.env(base))
         base.update(extra or {})

@@ -64,6 +64,11 @@ def test_the_token_from_the_environment_and_its_user_name() -> None:
     token_as_user = Remote.parse("https://ghp_tokentoken@h/x", {})
     assert (token_as_user.username, token_as_user.password) == ("ghp_tokentoken", "")
     assert Remote.parse("https://h/x", {}).env({}) == {}
+    assert scrub("ghp_tokentoken x") == "ghp_tokentoken x"  # too short to be taken for one
+    Remote.parse("https://ghp_0123456789abcdefXYZ@h/x", {})
+    assert scrub("ghp_0123456789abcdefXYZ x") == "*** x"
+    Remote.parse("https://reconciler@h/x", {})
+    assert scrub("reconciler x") == "reconciler x"  # a name, not a token
 
 
 def test_other_urls_keep_what_ssh_needs_and_lose_any_password() -> None:
@@ -113,6 +118,19 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_git_never_sees_the_reconcilers_own_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECONCILER_FORGE_TOKEN", "forge-token-value")
+    monkeypatch.setenv(TOKEN_ENV, "git-token-value")
+    monkeypatch.setenv("GIT_DIR", "/somewhere/else")
+    runner = GitRunner(Remote.parse("https://h/x"), timeout=10)
+    env = runner.environment()
+    assert "RECONCILER_FORGE_TOKEN" not in env
+    assert TOKEN_ENV not in env
+    assert "GIT_DIR" not in env
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+    assert env["GIT_CONFIG_KEY_0"] == "http.https://h/x.extraHeader"  # the token as a header
 
 
 def test_a_failing_command_is_a_git_error_with_gits_words() -> None:
