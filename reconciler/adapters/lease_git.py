@@ -203,6 +203,14 @@ class GitLease:
             "leaseDurationSeconds": self.lease_duration,
         }
 
+    def _ours(self, record: dict[str, object]) -> bool:
+        """A record of this instance's current term."""
+        return (
+            self._acquired_at is not None
+            and record.get("holder") == self.me
+            and record.get("acquireTime") == self._acquired_at.isoformat()
+        )
+
     def acquire(self) -> bool:
         if self._held is not None:
             # renew: one compare-and-swap push from the record we hold; it fails only if
@@ -220,6 +228,18 @@ class GitLease:
         if sha != self._seen:
             self._seen, self._seen_at = sha, now
         holder = record.get("holder") or None
+        if sha is not None and self._ours(record):
+            # our own renewal, taken by the remote though its answer was lost (a timeout):
+            # the term goes on from it rather than waiting a lease for itself
+            sequence = record.get("sequence")
+            self._sequence = (sequence if isinstance(sequence, int) else 0) + 1
+            self._sequence %= RECORDS
+            new = self._push(sha, self._record(), self._acquired_at)
+            if new is None:
+                return False
+            self._held = self._seen = new
+            self._renewed_at = self._seen_at = now
+            return True
         if holder is not None and now - self._seen_at < self.lease_duration:
             return False
         # a new term: a new acquire time, so its records are objects of its own
