@@ -19,22 +19,27 @@
         └── ForgeError              a forge's API refused or failed a call
 
 The CLI maps ConfigError and TerminalError to exit 1 with the message and its hint, never a
-traceback. Infeasible placement is not an error: the planner reports it as data.
+traceback. Every message and hint is scrubbed of credentials where the error is made.
+Infeasible placement is not an error: the planner reports it as data.
 """
 
 from __future__ import annotations
+
+from reconciler.redact import scrub
 
 
 class ReconcilerError(Exception):
     """Base of every error the reconciler raises on purpose.
 
-    ``hint`` says how to fix it, in one short sentence, for the CLI to show.
+    ``hint`` says how to fix it, in one short sentence, for the CLI to show. Both are scrubbed
+    of URL credentials and known secrets (``reconciler.redact``) here, once for every error.
     """
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        message = scrub(message)
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = scrub(hint) if hint is not None else None
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message

@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 import httpx
 
-from reconciler.adapters.git_repo import scrub
 from reconciler.errors import ForgeError, ForgeUnavailable
 from reconciler.model.audit import PullRequest
+from reconciler.redact import scrub
 
 GITHUB_API = "https://api.github.com"
 GITLAB_API = "https://gitlab.com/api/v4"

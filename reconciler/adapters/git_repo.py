@@ -1,8 +1,9 @@
 """The state repository: a clone in a cache directory, fetched before every round.
 
-GitPython warns that it leaks in long-running processes (its persistent ``cat-file``
-helpers and cached handles), so this adapter opens a ``Repo`` per operation as a context
-manager, only runs ``git`` commands through it, and closes it: a daemon's descriptors and
+git runs only through ``GitRunner`` (``git_runner``): every call has a timeout, never prompts,
+and never carries a credential on its command line or into the clone's ``.git/config``
+(the clone's ``origin`` is the URL without userinfo; the credential travels in git's
+environment). No ``Repo`` object stays open between calls, so a daemon's descriptors and
 child processes stay flat (``tests/adapters/test_git_repo.py`` counts them).
 
 Commits are made with plumbing (a private index, ``commit-tree``), never in the work tree,
@@ -12,7 +13,7 @@ may share one cache (a ``run`` service and a person's ``plan --repo``): what cha
 tree of its own per commit (``<clone>.trees/<commit>``), written once and then only read, so
 a reader never sees another process's commit. Pushes are a
 compare-and-swap (``--force-with-lease=<ref>:<expected>``); losing it raises PushRejected.
-Every message that could carry the URL is scrubbed of ``user:token@``.
+Every message is scrubbed of credentials (``reconciler.redact``).
 """
 
 from __future__ import annotations
@@ -32,19 +33,12 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-import git
-
+from reconciler.adapters.git_runner import GitRunner, Remote, detail
 from reconciler.errors import GitError, PushRejected, RemoteUnreachable
 from reconciler.model.audit import RepoCommit
 
 DEFAULT_AUTHOR = ("reconciler", "reconciler@localhost")
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 _FS, _RS = "\x1f", "\x1e"
-
-
-def scrub(text: str) -> str:
-    """``https://user:token@host/x`` -> ``https://***@host/x``: credentials never printed."""
-    return _USERINFO.sub(r"\g<scheme>***@", text)
 
 
 def default_cache_dir() -> Path:
@@ -53,9 +47,10 @@ def default_cache_dir() -> Path:
 
 
 def normalized_url(url: str) -> str:
-    """A local path becomes absolute, so the same repository gets the same cache entry."""
+    """A local path becomes absolute, so the same repository gets the same cache entry; a
+    URL loses its credentials, which are not part of which repository it is."""
     if "://" in url or re.match(r"^[^/]+@[^/]+:", url):
-        return url
+        return Remote.parse(url, {}).url
     return str(Path(url).expanduser().resolve())
 
 
@@ -68,17 +63,6 @@ KEEP_TREES = 3
 """Checked-out trees kept however old: the newest by last use."""
 TREE_MAX_IDLE = 24 * 3600.0
 """Seconds after its last use when an older tree is removed."""
-
-
-def _env() -> dict[str, str]:
-    # never ask for a password on a terminal: a daemon would hang; fail with a message
-    return {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
-
-
-def _message(err: git.GitCommandError) -> str:
-    detail = (err.stderr or err.stdout or "").strip()
-    detail = re.sub(r"^\s*stderr: '?|'\s*$", "", detail).strip()
-    return scrub(detail or str(err))
 
 
 def format_trailers(trailers: Mapping[str, str]) -> str:
@@ -96,7 +80,10 @@ def parse_trailers(text: str) -> dict[str, list[str]]:
 
 
 class GitStateRepo:
-    """One state repository, cloned under ``cache_dir`` and fetched before each round."""
+    """One state repository, cloned under ``cache_dir`` and fetched before each round.
+
+    ``timeout`` bounds every git call (default: ``RECONCILER_GIT_TIMEOUT`` or 20 s).
+    """
 
     def __init__(
         self,
@@ -104,11 +91,14 @@ class GitStateRepo:
         *,
         cache_dir: Path | None = None,
         author: tuple[str, str] = DEFAULT_AUTHOR,
+        timeout: float | None = None,
     ) -> None:
-        self.url = url
-        self.display_url = scrub(url)
+        self.remote = Remote.parse(url)
+        self.url = self.remote.url  # what git is given: no credentials
+        self.display_url = self.remote.display
         self.path = clone_dir(url, cache_dir)
         self.author = author
+        self._runner = GitRunner(self.remote, cwd=self.path, timeout=timeout)
         self._thread_lock = threading.RLock()
         self._lock_fd: int | None = None
 
@@ -131,55 +121,49 @@ class GitStateRepo:
                 os.close(self._lock_fd)  # closing releases the lock
                 self._lock_fd = None
 
-    @contextmanager
-    def _repo(self) -> Iterator[git.Repo]:
+    def _ensure_clone(self) -> None:
         if not (self.path / ".git").is_dir():
             with self._locked():
                 if not (self.path / ".git").is_dir():  # another process may have cloned it
                     self._clone()
-        try:
-            repo = git.Repo(self.path)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as err:
-            raise GitError(
-                f"the cached clone {self.path} is not a git repository: {scrub(str(err))}",
-                hint=f"remove {self.path}; it is cloned again on the next run",
-            ) from None
-        with repo:
-            yield repo
 
     def _clone(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=self.path.parent))
         try:
-            git.Repo.clone_from(self.url, tmp, env=_env(), no_checkout=True).close()
+            # the URL without credentials: it is what .git/config keeps as origin
+            self._runner.run(
+                "clone", "--quiet", "--no-checkout", self.url, str(tmp),
+                cwd=self.path.parent, network=True,
+            )  # fmt: skip
             tmp.rename(self.path)
-        except git.GitCommandError as err:
+        except GitError as err:
             raise GitError(
-                f"cannot clone {self.display_url}: {_message(err)}",
-                hint="check the URL and that this machine may read it",
-            ) from None
+                f"cannot clone {self.display_url}: {err.message}",
+                hint="check the URL, the credential and that this machine may read it",
+            ) from err
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def _run(
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        network: bool = False,
+    ) -> bytes:
+        self._ensure_clone()
+        return self._runner.run(*args, env=env, input=stdin, network=network).stdout
+
     def _git(
-        self, *args: str, env: Mapping[str, str] | None = None, stdin: str | None = None
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        network: bool = False,
     ) -> str:
-        with self._repo() as repo, tempfile.TemporaryFile() as feed:
-            feed.write((stdin or "").encode())
-            feed.seek(0)
-            try:
-                out: str = repo.git.execute(
-                    ["git", *args],
-                    env={**_env(), **(env or {})},
-                    istream=feed if stdin is not None else None,
-                    strip_newline_in_stdout=False,
-                )
-            except git.GitCommandError as err:
-                raise GitError(
-                    f"git {args[0]} failed on {self.display_url}: {_message(err)}"
-                ) from None
-            return out
+        return self._run(*args, env=env, stdin=stdin, network=network).decode("utf-8", "replace")
 
     # --- reading -----------------------------------------------------------------------
 
@@ -191,17 +175,18 @@ class GitStateRepo:
         try:
             with self._locked():
                 self._git(
-                    "fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*"
-                )
+                    "fetch", "--prune", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*",
+                    network=True,
+                )  # fmt: skip
         except GitError as err:
-            raise RemoteUnreachable(err.message, hint="the next round fetches again") from None
+            raise RemoteUnreachable(err.message, hint="the next round fetches again") from err
 
     def remote_head(self, branch: str) -> str:
         """The commit of ``branch`` on the remote now (``git ls-remote``: cheap, for polling)."""
         try:
-            out = self._git("ls-remote", "--heads", "origin", branch).split()
+            out = self._git("ls-remote", "--heads", "origin", branch, network=True).split()
         except GitError as err:
-            raise RemoteUnreachable(err.message, hint="polling again later") from None
+            raise RemoteUnreachable(err.message, hint="polling again later") from err
         if not out:
             raise RemoteUnreachable(f"{self.display_url} has no branch {branch!r}")
         return out[0]
@@ -242,13 +227,10 @@ class GitStateRepo:
         trees.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tree-", dir=trees))
         try:
-            with self._repo() as repo:
-                data = io.BytesIO()
-                try:
-                    repo.archive(data, sha, format="tar")
-                except git.GitCommandError as err:
-                    raise GitError(f"cannot read commit {sha[:12]}: {_message(err)}") from None
-            data.seek(0)
+            try:
+                data = io.BytesIO(self._run("archive", "--format=tar", sha))
+            except GitError as err:
+                raise GitError(f"cannot read commit {sha[:12]}: {err.message}") from err
             with tarfile.open(fileobj=data) as tar:
                 tar.extractall(tmp, filter="data")  # refuses links and paths out of the tree
             tmp.rename(tree)
@@ -370,18 +352,19 @@ class GitStateRepo:
     def _push(
         self, branch: str, commit: str | None, expected: str | None, lease: str, spec: str
     ) -> None:
-        with self._repo() as repo:
-            try:
-                repo.git.execute(["git", "push", "--porcelain", lease, "origin", spec], env=_env())
-            except git.GitCommandError as err:
-                text = _message(err) + scrub(str(err.stdout or ""))
-                if "[rejected]" in text or "stale info" in text or "fetch first" in text:
-                    raise PushRejected(
-                        f"{self.display_url}: {branch} moved since it was read "
-                        f"(expected {expected or 'no branch'})",
-                        hint="fetch and plan again; nothing was overwritten",
-                    ) from None
-                raise GitError(f"git push to {self.display_url} failed: {_message(err)}") from None
+        self._ensure_clone()
+        pushed = self._runner.run(
+            "push", "--porcelain", lease, "origin", spec, network=True, check=False
+        )
+        if not pushed.ok:
+            text = pushed.stderr + pushed.out
+            if "[rejected]" in text or "stale info" in text or "fetch first" in text:
+                raise PushRejected(
+                    f"{self.display_url}: {branch} moved since it was read "
+                    f"(expected {expected or 'no branch'})",
+                    hint="fetch and plan again; nothing was overwritten",
+                )
+            raise GitError(f"git push to {self.display_url} failed: {detail(pushed)}")
         if commit:  # keep the tracking ref in step, as a fetch would
             self._git("update-ref", f"refs/remotes/origin/{branch}", commit)
         else:

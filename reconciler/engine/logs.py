@@ -17,6 +17,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Literal, TextIO
 
+from reconciler.redact import ScrubFilter
+
 FIELDS = ("cluster", "round", "plan_id", "vm", "trigger", "mode")
 """Context fields, in the order text lines show them."""
 
@@ -65,7 +67,7 @@ class JsonFormatter(logging.Formatter):
         }
         line.update(_ordered(getattr(record, "context", {})))
         if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
+            line["error"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 
 
@@ -77,7 +79,7 @@ class TextFormatter(logging.Formatter):
         if fields:
             text += f"  {fields}"
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += "\n" + (record.exc_text or self.formatException(record.exc_info))
         return text
 
 
@@ -85,6 +87,7 @@ def handler(fmt: LogFormat, stream: TextIO | None = None) -> logging.Handler:
     out = logging.StreamHandler(stream or sys.stderr)
     out.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     out.addFilter(ContextFilter())
+    out.addFilter(ScrubFilter())  # no secret in a message, a field or a traceback
     return out
 
 

@@ -166,6 +166,23 @@ def test_git_lease_compare_and_swap_lets_only_one_of_two_racers_win(
     assert (b.holder() or "").startswith("a ")
 
 
+def test_git_lease_renewal_whose_answer_was_lost_continues_the_term(
+    tmp_path: Path, remote: str
+) -> None:
+    clock = Ticks()
+    a, b = _pair(tmp_path, remote, clock)
+    assert a.acquire()
+    held = a._held
+    # the remote takes a renewal but its answer never arrives (the push timed out)
+    a._sequence += 1
+    assert a._push(held, a._record()) is not None
+    assert a._held == held
+    clock.t += 2
+    assert a.acquire()  # not a lease of waiting for its own record
+    assert a.confirm()
+    assert not b.acquire()
+
+
 def test_git_lease_unreachable_remote_is_transient(tmp_path: Path) -> None:
     from reconciler.errors import TransientError
 

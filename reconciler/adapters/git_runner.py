@@ -1,0 +1,243 @@
+"""The one way the reconciler runs git: a timeout on every call, no prompt, no secret on argv.
+
+The state repository (``git_repo``) and the lease (``lease_git``) both run git through
+``GitRunner``:
+
+- **Timeout.** Every call is given ``timeout`` seconds (``RECONCILER_GIT_TIMEOUT``, default
+  20). git runs in a session of its own; when the time is up the whole process group
+  (``git-remote-https`` and ``ssh`` too) is killed and the call raises RemoteUnreachable
+  (a call that talks to the remote) or TransientError (a local one), naming the command.
+- **No prompt.** ``GIT_TERMINAL_PROMPT=0``, ``GIT_ASKPASS=true``, no stdin and no controlling
+  terminal: a missing credential fails at once instead of waiting for a person.
+- **Credentials off the command line.** ``Remote.parse`` takes the userinfo out of an
+  http(s) URL; git is given the bare URL, on its argv and in the clone's ``.git/config``. The
+  credential reaches git through its environment only (``GIT_CONFIG_COUNT`` /
+  ``GIT_CONFIG_KEY_n`` / ``GIT_CONFIG_VALUE_n`` setting ``http.<url>.extraHeader`` to a Basic
+  ``Authorization`` header), which other users cannot read (``/proc/<pid>/environ`` is the
+  owner's only, ``/proc/<pid>/cmdline`` is everyone's). ``RECONCILER_GIT_TOKEN`` (with
+  ``RECONCILER_GIT_USERNAME``, default ``x-access-token``) gives the credential without
+  putting it in the URL at all; a credential in the URL wins over the environment.
+- **Errors.** A failing command raises GitError with git's message; every message is
+  scrubbed (``reconciler.redact``), and the password and the header are registered there.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from reconciler.errors import GitError, RemoteUnreachable, TransientError
+from reconciler.redact import SECRET_ENV, register, scrub
+
+GIT_TIMEOUT = 20.0
+"""Seconds a git call may take, unless ``RECONCILER_GIT_TIMEOUT`` or the caller says."""
+TIMEOUT_ENV = "RECONCILER_GIT_TIMEOUT"
+TOKEN_ENV = "RECONCILER_GIT_TOKEN"
+USERNAME_ENV = "RECONCILER_GIT_USERNAME"
+DEFAULT_USERNAME = "x-access-token"
+"""The user name sent with ``RECONCILER_GIT_TOKEN`` when ``RECONCILER_GIT_USERNAME`` is unset:
+GitHub takes any name with a token, GitLab and Gitea take a token as the password of any
+user name (GitLab's OAuth tokens want ``oauth2``: set it)."""
+
+_KILL_GRACE = 5.0
+_TOKEN_LIKE = 16  # a user name this long in a URL is taken for a token and scrubbed
+_INHERITED_REPO_ENV = (  # a caller's repository must never redirect ours
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+)
+
+
+def default_timeout() -> float:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return GIT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise GitError(
+            f"{TIMEOUT_ENV}={raw!r} is not a number of seconds",
+            hint="set it to seconds between 0 and 3600, e.g. 20",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A repository URL split into what git may see and the credential it must not."""
+
+    url: str
+    """The URL given to git: an http(s) URL without userinfo, an SSH URL without password."""
+    display: str
+    """The URL for messages: credentials replaced by ``***``."""
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, url: str, environ: Mapping[str, str] | None = None) -> Remote:
+        env = os.environ if environ is None else environ
+        token = env.get(TOKEN_ENV) or None
+        display = scrub(url)
+        if "://" not in url:  # a path or scp-like user@host:path: nothing secret to take out
+            return cls(url=url, display=display)
+        parts = urlsplit(url)
+        userinfo, at, host = parts.netloc.rpartition("@")
+        user_raw, colon, password_raw = userinfo.partition(":")
+        user, password = unquote(user_raw), unquote(password_raw)
+        if password:
+            register(password, password_raw)
+        if parts.scheme.lower() not in ("http", "https"):
+            # ssh://user@host: the user name stays (ssh needs it), a password never does
+            netloc = f"{user_raw}@{host}" if at and user_raw else host
+            return cls(url=urlunsplit(parts._replace(netloc=netloc)), display=display)
+        bare = urlunsplit(parts._replace(netloc=host))
+        if at and colon:
+            return cls(bare, display, user, password)
+        if at and token:  # https://alice@host with the token in the environment
+            return cls(bare, display, user, token)
+        if at:  # https://TOKEN@host: the token as the user name (GitHub's form)
+            if len(user) >= _TOKEN_LIKE:  # not a plain name, which would mask common words
+                register(user, user_raw)
+            return cls(bare, display, user, "")
+        if token:
+            return cls(bare, display, env.get(USERNAME_ENV) or DEFAULT_USERNAME, token)
+        return cls(bare, display)
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """git's environment for this remote: ``http.<url>.extraHeader`` with the credential
+        appended to any ``GIT_CONFIG_COUNT`` entries ``base`` already has."""
+        if self.username is None or self.password is None:
+            return {}
+        basic = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        register(basic, self.password)
+        try:
+            n = int(base.get("GIT_CONFIG_COUNT", "0"))
+        except ValueError:
+            n = 0
+        return {
+            "GIT_CONFIG_COUNT": str(n + 1),
+            f"GIT_CONFIG_KEY_{n}": f"http.{self.url}.extraHeader",
+            f"GIT_CONFIG_VALUE_{n}": f"Authorization: Basic {basic}",
+        }
+
+
+@dataclass(frozen=True)
+class GitResult:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class GitRunner:
+    """Runs git for one repository (``remote``), in ``cwd`` or on ``git_dir``."""
+
+    def __init__(
+        self,
+        remote: Remote,
+        *,
+        cwd: Path | None = None,
+        git_dir: Path | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.remote = remote
+        self.cwd = cwd
+        self.git_dir = git_dir
+        self.timeout = default_timeout() if timeout is None else timeout
+        self._env = dict(env or {})
+
+    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        # neither a caller's repository nor the reconciler's own secrets reach git (or its hooks)
+        drop = {*_INHERITED_REPO_ENV, *SECRET_ENV}
+        base = {k: v for k, v in os.environ.items() if k not in drop}
+        base.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C", **self._env})
+        base.update(self.remote.env(base))
+        base.update(extra or {})
+        return base
+
+    def run(
+        self,
+        *args: str,
+        input: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        network: bool = False,
+        check: bool = True,
+    ) -> GitResult:
+        """``git ARGS``; raises GitError when it fails (unless ``check`` is off), and
+        RemoteUnreachable (``network``) or TransientError when it outlives the timeout."""
+        argv = ["git", *(["--git-dir", str(self.git_dir)] if self.git_dir else []), *args]
+        where = cwd or self.cwd
+        if where is not None and not where.is_dir():
+            raise GitError(f"git {args[0]}: {where} is not a directory")
+        feed = input.encode() if isinstance(input, str) else input
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=where,
+                env=self.environment(env),
+                stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # no terminal to prompt on; one group to kill
+            )
+        except OSError as err:
+            raise GitError(f"cannot run git: {err.strerror}", hint="install git") from err
+        try:
+            out, err_bytes = proc.communicate(feed, timeout=self.timeout)
+        except subprocess.TimeoutExpired as err:
+            self._kill(proc)
+            message = (
+                f"git {args[0]} on {self.remote.display} did not finish within "
+                f"{self.timeout:g} s and was stopped"
+            )
+            hint = f"the next attempt tries again; {TIMEOUT_ENV} sets the time allowed"
+            if network:
+                raise RemoteUnreachable(message, hint=hint) from err
+            raise TransientError(message, hint=hint) from err
+        result = GitResult(
+            tuple(args), proc.returncode, out, scrub(err_bytes.decode(errors="replace"))
+        )
+        if check and not result.ok:
+            raise GitError(f"git {args[0]} failed on {self.remote.display}: {detail(result)}")
+        return result
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.communicate(timeout=_KILL_GRACE)
+        except subprocess.TimeoutExpired:  # a descendant left the group and kept a pipe
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+
+
+def detail(result: GitResult) -> str:
+    """git's own words on a failure, scrubbed, on one line."""
+    text = result.stderr.strip() or scrub(result.out.strip()) or f"exit {result.returncode}"
+    return " ".join(text.split())
