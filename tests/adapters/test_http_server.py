@@ -175,7 +175,13 @@ def test_a_port_in_use_is_a_clear_error(app: App) -> None:
 class Tight(App):
     """A server with a short read timeout and a small connection bound, so tests are quick."""
 
-    def __init__(self, *, read_timeout: float = 1.0, max_connections: int = 16) -> None:
+    def __init__(
+        self,
+        *,
+        read_timeout: float = 1.0,
+        max_connections: int = 16,
+        connection_deadline: float = 30.0,
+    ) -> None:
         self.metrics = Metrics("lab")
         self.health = Health()
         self.pushes = []
@@ -188,6 +194,7 @@ class Tight(App):
             branch="main",
             read_timeout=read_timeout,
             max_connections=max_connections,
+            connection_deadline=connection_deadline,
         )
         host, port = self.server.address
         self.url = f"http://{host}:{port}"
@@ -354,16 +361,7 @@ def test_get_on_the_webhook_is_405_with_allow_post(app: App) -> None:
 
 
 def test_a_slow_trickle_is_cut_at_the_connection_deadline() -> None:
-    slow = Tight(read_timeout=1.0)
-    slow.server = HttpServer(
-        ("127.0.0.1", 0),
-        registry=slow.metrics.registry,
-        health=lambda: (True, {}),
-        on_push=slow.pushes.append,
-        secret=SECRET,
-        read_timeout=1.0,
-        connection_deadline=1.5,
-    )
+    slow = Tight(read_timeout=1.0, connection_deadline=1.5)
     slow.server.start()
     try:
         sock = _connect(slow)
