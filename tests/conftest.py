@@ -1,7 +1,11 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and a visible skip for modules that need libvirt."""
 
+from __future__ import annotations
+
+import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -28,3 +32,28 @@ def _private_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         os.environ.pop("RECONCILER_LOCK_DIR", None)
     else:
         os.environ["RECONCILER_LOCK_DIR"] = old
+
+
+NO_LIBVIRT = (
+    "libvirt-python is not installed: pip install -e '.[libvirt]' (it builds against libvirt-dev "
+    "and pkg-config), or make setup"
+)
+
+
+class _Module(pytest.Module):
+    """A test module that skips, with the reason, when importing it needs the missing
+    libvirt-python (the libvirt adapters import it at module level)."""
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        try:
+            return super().collect()
+        except self.CollectError as err:
+            if importlib.util.find_spec("libvirt") is None and "No module named 'libvirt'" in str(
+                err
+            ):
+                pytest.skip(f"{self.path.name}: {NO_LIBVIRT}", allow_module_level=True)
+            raise
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module:
+    return _Module.from_parent(parent, path=module_path)

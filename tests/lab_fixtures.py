@@ -8,6 +8,7 @@ teardown also checks that no process of it is left and that its folder is gone.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,19 @@ from reconciler.config import load_desired
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster
 
+REQUIRE_LAB = "RECONCILER_REQUIRE_LAB"
+"""Set (to anything but empty) where the lab must run, as in CI's lab job: a lab that cannot
+start then fails the test instead of skipping it, so a green run has really migrated."""
+
 
 def start_lab_or_skip(directory: Path, **kwargs: object) -> Lab:
-    """``start_lab``, or skip the test with LabError's message where the lab cannot run."""
+    """``start_lab``, or skip the test with LabError's message where the lab cannot run (fail
+    it when ``$RECONCILER_REQUIRE_LAB`` is set)."""
     try:
         return lab_api.start_lab(directory, **kwargs)  # type: ignore[arg-type]
     except LabError as err:
+        if os.environ.get(REQUIRE_LAB):
+            pytest.fail(f"the libvirt lab cannot start and ${REQUIRE_LAB} is set: {err}")
         pytest.skip(f"the libvirt lab cannot start on this machine: {err}")
 
 

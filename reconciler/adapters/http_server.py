@@ -6,18 +6,30 @@
   ``X-Gitea-Signature`` (HMAC-SHA256 of the body) and GitLab's ``X-Gitlab-Token`` (the secret
   itself) are compared in constant time with the secret; anything missing or wrong is 401 and
   triggers nothing. A valid push (to the watched branch, when one is given) triggers a round.
+
+The endpoints face the network (a forge must reach ``/webhook``), so each connection is bounded:
+a read that waits longer than ``read_timeout`` closes it, a connection older than
+``connection_deadline`` is shut down however slowly it trickles, at most ``max_connections`` are
+served at once (one thread each; the rest are answered 503 and closed at once), a body is
+refused from its Content-Length before it is read, and a webhook's signature is checked before
+its body is parsed. A client that goes away is one line in the log, never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -27,6 +39,16 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 5 * 1024 * 1024
 """GitHub caps webhook payloads at 25 MB; a push event is far smaller than this."""
+READ_TIMEOUT: Final = 10.0
+"""Seconds a connection may wait for the client's next bytes before it is closed."""
+CONNECTION_DEADLINE: Final = 30.0
+"""Seconds a connection may last in all, however slowly its client sends."""
+MAX_CONNECTIONS: Final = 64
+"""Connections served at once (a thread each); Prometheus and a forge need a few."""
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 31\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections; try again\n"
+)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -75,6 +97,80 @@ def push_ref(forge: str, headers: dict[str, str], body: bytes) -> tuple[bool, st
     return True, ref if isinstance(ref, str) else None
 
 
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` of them, none older than
+    ``deadline``; errors of a connection go to the log, never to stderr."""
+
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog; socketserver's 5 makes a burst wait seconds
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        max_connections: int,
+        deadline: float,
+    ) -> None:
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self.deadline = deadline
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, float] = {}
+        self._full = False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            busy = len(self._open) >= self.max_connections
+            if not busy:
+                self._open[request] = time.monotonic()
+                self._full = False
+            warn, self._full = busy and not self._full, self._full or busy
+        if busy:
+            if warn:
+                log.warning(
+                    "http: %d connections open, the most served at once; refusing more with 503",
+                    self.max_connections,
+                )
+            self._refuse(request)
+            return
+        super().process_request(request, client_address)
+
+    def _refuse(self, request: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            request.setblocking(False)
+            request.send(_BUSY)
+        self.shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): shut down connections past the deadline,
+        which wakes their threads from a read or write that would otherwise go on."""
+        now = time.monotonic()
+        with self._lock:
+            late = [s for s, start in self._open.items() if now - start > self.deadline]
+        for sock in late:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) else client_address
+        if isinstance(error, ConnectionError | TimeoutError):
+            log.info("http: client %s went away: %s", peer, error.__class__.__name__)
+        else:
+            log.error("http: request from %s failed: %r", peer, error)
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+
 class HttpServer:
     def __init__(
         self,
@@ -85,21 +181,25 @@ class HttpServer:
         on_push: Callable[[str], None],
         secret: str | None,
         branch: str | None = None,
+        read_timeout: float = READ_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        connection_deadline: float = CONNECTION_DEADLINE,
     ) -> None:
         self.registry = registry
         self.health = health
         self.on_push = on_push
         self.secret = secret.encode() if secret else None
         self.branch = branch
-        handler = _handler(self)
+        handler = _handler(self, read_timeout)
         try:
-            self.server = ThreadingHTTPServer(listen, handler)
+            self.server = _BoundedServer(
+                listen, handler, max_connections=max_connections, deadline=connection_deadline
+            )
         except OSError as err:
             raise ConfigError(
                 f"cannot listen on {listen[0]}:{listen[1]}: {err.strerror}",
                 hint="pick a free port with --listen, or stop the process that holds it",
             ) from err
-        self.server.daemon_threads = True
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, name="http"
         )
@@ -134,21 +234,49 @@ class HttpServer:
         return HTTPStatus.ACCEPTED, "round triggered\n"
 
 
-def _handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
+_ALLOWED: Final = {"/metrics": "GET, HEAD", "/healthz": "GET, HEAD", "/webhook": "POST"}
+
+
+def _handler(app: HttpServer, read_timeout: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "reconciler"
         protocol_version = "HTTP/1.1"
+        timeout = read_timeout  # every read of the connection; StreamRequestHandler sets it
 
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        def _send(
+            self,
+            status: HTTPStatus,
+            body: bytes,
+            content_type: str,
+            headers: dict[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _not_allowed(self, path: str) -> bool:
+            """Answer 405 when ``path`` exists but not for this method."""
+            allowed = _ALLOWED.get(path)
+            if allowed is None or self.command in allowed.split(", "):
+                return False
+            self.close_connection = True  # a body we will not read may follow
+            self._send(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"{path} answers {allowed}\n".encode(),
+                "text/plain",
+                {"Allow": allowed},
+            )
+            return True
+
         def do_GET(self) -> None:  # noqa: N802 (http.server names)
             path = self.path.split("?", 1)[0]
+            if self._not_allowed(path):
+                return
             if path == "/metrics":
                 self._send(HTTPStatus.OK, generate_latest(app.registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
@@ -164,18 +292,26 @@ def _handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
         do_HEAD = do_GET  # noqa: N815
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path.split("?", 1)[0] != "/webhook":
+            path = self.path.split("?", 1)[0]
+            if self._not_allowed(path):
+                return
+            if path != "/webhook":
+                self.close_connection = True
                 self._send(HTTPStatus.NOT_FOUND, b"POST only to /webhook\n", "text/plain")
                 return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if not 0 <= length <= MAX_BODY:
+            text = (self.headers.get("Content-Length") or "0").strip()
+            if not text.isdigit() or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                self._send(HTTPStatus.BAD_REQUEST, b"a body needs a Content-Length\n", "text/plain")
+                return
+            if int(text) > MAX_BODY:  # decided from the header: the body is never read
                 self.close_connection = True
                 self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, b"body too large\n", "text/plain")
                 return
-            body = self.rfile.read(length)
+            body = self.rfile.read(int(text))
+            if len(body) < int(text):  # the client closed before sending it all
+                self.close_connection = True
+                return
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, text = app.webhook(headers, body)
             self._send(status, text.encode(), "text/plain; charset=utf-8")

@@ -17,6 +17,7 @@ from reconciler.cli.common import (
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
 from reconciler.errors import ConfigError
 from reconciler.model.audit import AuditEntry, AuditMove, MoveHistory, RepoCommit, short_id
+from reconciler.model.quantity import parse_duration
 
 TRIGGER_TRAILER = "Reconciler-Trigger"
 ACTOR_TRAILER = "Reconciler-Actor"
@@ -24,7 +25,6 @@ _MOVE = re.compile(
     r"^- (?P<vm>\S+): (?P<source>\S+) -> (?P<target>\S+) "
     r"\((?P<reason>[A-Za-z]+)(?:, rule (?P<rule>[^)]+))?\)(?:: (?P<detail>.*))?$"
 )
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def duration(text: str) -> timedelta:
@@ -33,7 +33,10 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; write e.g. 30m, 12h, 7d or 2w"
         )
-    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        return parse_duration(text.strip())  # at most ten years, never an overflow
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("; ", " (", 1) + ")") from None
 
 
 def register(sub: Subparsers) -> None:

@@ -17,7 +17,7 @@ from reconciler.cli.common import (
     add_repo_arguments,
     checkout_state,
 )
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, ReconcilerError
 
 TOKEN_ENV = "RECONCILER_FORGE_TOKEN"
 STATUS_CONTEXT = "reconciler/validate"
@@ -68,29 +68,50 @@ def _paths(args: argparse.Namespace) -> list[Path]:
 
 
 def _post_status(args: argparse.Namespace, valid: bool, errors: int, warnings: int) -> None:
-    """The result as a commit status, e.g. on the pull request's head commit."""
+    """The result as a commit status, e.g. on the pull request's head commit.
+
+    A status that cannot be posted (no token, as in a fork's pull request; a forge that refuses
+    or does not answer) is a warning on stderr: the exit code stays the validation's own.
+    """
     import os
 
     from reconciler.adapters.forges import open_forge
 
     token = os.environ.get(TOKEN_ENV)
-    if not token or not args.forge_project:
-        raise ConfigError(
-            "--post-status needs --forge-project and a token in $" + TOKEN_ENV,
-            hint="in GitHub Actions: RECONCILER_FORGE_TOKEN: ${{ github.token }} with "
-            "permissions: statuses: write",
-        )
-    forge = open_forge(args.forge, project=args.forge_project, token=token, api_url=args.forge_url)
     try:
-        forge.set_status(
-            args.post_status,
-            state="success" if valid else "failure",
-            context=STATUS_CONTEXT,
-            description=f"{errors} error(s), {warnings} warning(s)",
-            url=args.status_url,
+        if not token or not args.forge_project:
+            missing = " and ".join(
+                what
+                for what, absent in (
+                    ("--forge-project", not args.forge_project),
+                    (f"a token in ${TOKEN_ENV}", not token),
+                )
+                if absent
+            )
+            raise ConfigError(
+                f"it needs {missing}",
+                hint="in GitHub Actions: RECONCILER_FORGE_TOKEN: ${{ github.token }} with "
+                "permissions: statuses: write (pull requests from forks get no such token)",
+            )
+        forge = open_forge(
+            args.forge, project=args.forge_project, token=token, api_url=args.forge_url
         )
-    finally:
-        forge.disconnect()
+        try:
+            forge.set_status(
+                args.post_status,
+                state="success" if valid else "failure",
+                context=STATUS_CONTEXT,
+                description=f"{errors} error(s), {warnings} warning(s)",
+                url=args.status_url,
+            )
+        finally:
+            forge.disconnect()
+    except ReconcilerError as err:
+        hint = f"\n    hint: {err.hint}" if err.hint else ""
+        print(
+            f"warning: cannot post the commit status on {args.post_status}: {err.message}{hint}",
+            file=sys.stderr,
+        )
 
 
 def _run_validate(args: argparse.Namespace) -> int:

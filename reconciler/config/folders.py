@@ -17,14 +17,14 @@ def yaml_files(folder: Path) -> list[Path]:
     """The ``*.yaml``/``*.yml`` entries (any case) directly in ``folder``, sorted; hidden ones
     skipped.
 
-    Symlinks are listed too: the reader decides whether they may be followed.
+    Entries of every type are listed (symlinks, FIFOs, directories): the reader refuses what is
+    not a regular file, so a ``rules.yaml`` that is a directory is an error, never "no rules".
+    Nothing here opens an entry.
     """
     return sorted(
         entry
         for entry in folder.iterdir()
-        if is_yaml_name(entry.name)
-        and not entry.name.startswith(".")
-        and (entry.is_symlink() or entry.is_file())
+        if is_yaml_name(entry.name) and not entry.name.startswith(".")
     )
 
 

@@ -225,6 +225,9 @@ def message_and_hint(
         return f"{describe(value)} is not allowed", f"use one of {ctx.get('expected')}"
     if kind in ("less_than_equal", "less_than", "greater_than_equal", "greater_than"):
         return _bounds_message(kind, value, ctx.get(_BOUND_KEYS[kind]))
+    if kind == "finite_number":
+        raw = doc.raw.get(path, str(value))
+        return f"{raw} is not a finite number", "write a number such as 1 or 0.5"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern"))
         return (

@@ -143,9 +143,40 @@ def _read_folder(folder: Path, files: Sequence[Path]) -> _Folder:
             state.findings.append(_document_error_finding(err))
             state.unreadable = True
             continue
+        if not documents:
+            state.findings.append(_empty_file_finding(path))
         for doc in documents:
             _add_document(state, doc)
     return state
+
+
+_EMPTY_KIND_FILES = {
+    "cluster": ("no Cluster", "write the Cluster with its hosts; " + _DOCS_HINT),
+    "policy": ("no BalancePolicy: the defaults apply", "write the policy, or remove the file"),
+    "rules": (
+        "no PlacementRules: the cluster has no rules",
+        "write the rules, or remove the file if the cluster has none",
+    ),
+    "placement": (
+        "no Placement: no VM has a desired host",
+        "write the placement, or remove the file",
+    ),
+}
+
+
+def _empty_file_finding(path: Path) -> Finding:
+    """A file with no documents (empty, blank, comments only): a warning that says what the
+    cluster then lacks when the file is named after a kind."""
+    stem = path.name.lower().rsplit(".", 1)[0]
+    what, hint = _EMPTY_KIND_FILES.get(stem, ("", "add a document, or remove the file"))
+    return Finding(
+        file=str(path),
+        line=1,
+        column=1,
+        severity=Severity.WARNING,
+        message="the file holds no documents" + (f"; {what}" if what else ""),
+        hint=hint,
+    )
 
 
 def _folder_finding(folder: Path, message: str, hint: str) -> Finding:

@@ -282,6 +282,19 @@ def documents_from_text(text: str, file: str) -> list[Document]:
     return out
 
 
+_FILE_TYPES: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _file_type(mode: int) -> str:
+    return next((name for test, name in _FILE_TYPES if test(mode)), "a special file")
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -304,9 +317,11 @@ def read_documents(path: Path, *, root: Path) -> list[Document]:
                     hint="copy the file into the folder instead of linking to it",
                 )
             info = target.stat()
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode):  # decided from stat: a FIFO is never opened
             raise DocumentError(
-                "not a regular file", file=file, hint="cluster-state files are plain files"
+                f"{_file_type(info.st_mode)}, not a regular file",
+                file=file,
+                hint="cluster-state files are plain files; remove it or rename it without " ".yaml",
             )
         if info.st_size > MAX_FILE_BYTES:
             raise DocumentError(

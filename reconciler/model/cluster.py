@@ -5,21 +5,33 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic import Field, WithJsonSchema
 
 from reconciler.model.base import LABEL_KEY_PATTERN, NAME_PATTERN, ApiVersion, Frozen, Metadata
 from reconciler.model.quantity import (
     DURATION_PATTERN,
     Duration,
     Size,
+    duration_within,
 )
+
+MAX_BANDWIDTH = 1024 * 1024
+"""MiB/s: 1 TiB/s, ten times a 800 Gbit/s link; libvirt takes a 64-bit number."""
 
 
 class Reserve(Frozen):
     """Capacity kept free for the host itself; never planned for VMs."""
 
-    memory: Size | None = Field(default=None, description="Memory kept free. Default: 2GiB.")
-    cpus: float | None = Field(default=None, ge=0, description="CPUs kept free. Default: 1.")
+    memory: Size | None = Field(
+        default=None, description="Memory kept free, at most 1024TiB. Default: 2GiB."
+    )
+    cpus: float | None = Field(
+        default=None,
+        ge=0,
+        le=4096,
+        allow_inf_nan=False,
+        description="CPUs kept free, at most 4096 (KVM's most vCPUs). Default: 1.",
+    )
 
 
 class Migration(Frozen):
@@ -46,7 +58,10 @@ class Migration(Frozen):
         "(libvirt picks the destination's hostname).",
     )
     bandwidth: int | None = Field(
-        default=None, ge=0, description="MiB/s per migration, 0 = unlimited. Default: 0."
+        default=None,
+        ge=0,
+        le=MAX_BANDWIDTH,
+        description="MiB/s per migration, 0 = unlimited, at most 1048576 (1 TiB/s). Default: 0.",
     )
 
 
@@ -87,26 +102,28 @@ class Host(Frozen):
     )
 
 
-def _positive(value: timedelta) -> timedelta:
-    if value <= timedelta(0):
-        raise ValueError("must be more than 0s, e.g. 5s or 500ms")
-    return value
-
-
 PositiveDuration = Annotated[
     Duration,
-    AfterValidator(_positive),
+    duration_within(
+        timedelta(0),
+        timedelta(minutes=10),
+        above=True,
+        too_short="must be more than 0s; e.g. 5s or 500ms",
+    ),
     WithJsonSchema(
         {
             "anyOf": [
                 {"type": "string", "pattern": DURATION_PATTERN},
                 {"type": "number", "exclusiveMinimum": 0},
             ],
-            "description": "A duration above zero: 500ms, 5s, 1m, or seconds as a number.",
+            "description": "A duration above zero, at most 10m: 500ms, 5s, 1m, or seconds as "
+            "a number.",
         }
     ),
 ]
-"""A ``Duration`` above zero (a timeout)."""
+"""A ``Duration`` above zero, at most 10 minutes (a timeout)."""
+SampleInterval = Annotated[Duration, duration_within(timedelta(0), timedelta(minutes=1))]
+"""Between a host's two CPU samples: 0 to 1m."""
 
 DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
 DEFAULT_CALL_TIMEOUT = timedelta(seconds=10)
@@ -129,11 +146,11 @@ class Observe(Frozen):
         description="Longest wait for the answer to one libvirt call; a host that does not "
         "answer in time is reported unreachable. Default: 10s.",
     )
-    sample_interval: Duration = Field(
+    sample_interval: SampleInterval = Field(
         default=DEFAULT_SAMPLE_INTERVAL,
         alias="sampleInterval",
         json_schema_extra={"default": "500ms"},  # as users write it, not ISO 8601
-        description="Time between the two CPU samples of a host (0s: back to back). "
+        description="Time between the two CPU samples of a host (0s: back to back), at most 1m. "
         "Default: 500ms.",
     )
     concurrency: int | None = Field(

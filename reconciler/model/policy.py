@@ -6,13 +6,57 @@ import difflib
 import zoneinfo
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 from cronsim import CronSim, CronSimError
 from pydantic import Field, field_validator, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
-from reconciler.model.quantity import Duration, Percent
+from reconciler.model.quantity import Duration, Percent, duration_within
+
+_DAY: Final = timedelta(days=1)
+_NEVER_AGAIN: Final = "to never move a VM for balance, give it an exclude rule in rules.yaml"
+Interval = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=1),
+        7 * _DAY,
+        too_short="{value} is too short: an interval under 1s would reconcile without pause; "
+        "use at least 1s, e.g. 15m",
+    ),
+]
+"""Between rounds: 1s (a round takes longer) to 7d."""
+Hold = Annotated[
+    Duration,
+    duration_within(
+        timedelta(0),
+        365 * _DAY,
+        too_long=f"{{value}} is too long; use at most 365d ({_NEVER_AGAIN})",
+    ),
+]
+"""Cooldown and minimum uptime: 0 to 365d."""
+WindowLength = Annotated[Duration, duration_within(timedelta(0), 366 * _DAY)]
+"""A window stays open 0 (refused by validation) to 366d (a yearly schedule, always open)."""
+PerGiB = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=1),
+        timedelta(hours=1),
+        too_short="{value} is too short: under 1s per GiB would abort every migration (no "
+        "network copies a GiB that fast); use at least 1s, e.g. 800s",
+    ),
+]
+"""Migration time per GiB of guest memory: 1s to 1h."""
+Stall = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=1),
+        _DAY,
+        too_short="{value} is too short: under 1s without progress would abort every "
+        "migration; use at least 1s, e.g. 150s",
+    ),
+]
+"""A migration without progress this long is aborted: 1s to 1d."""
 
 
 class Mode(StrEnum):
@@ -34,8 +78,8 @@ class Drift(StrEnum):
 class ScoreWeights(Frozen):
     """Weights of CPU and memory in a host's load score; at least one must be above 0."""
 
-    cpu: float = Field(default=0.5, ge=0, le=1)
-    memory: float = Field(default=0.5, ge=0, le=1)
+    cpu: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)
+    memory: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> ScoreWeights:
@@ -51,12 +95,12 @@ class Parallel(Frozen):
 
 
 class MigrationTuning(Frozen):
-    timeout_per_gib: Duration = Field(
+    timeout_per_gib: PerGiB = Field(
         default=timedelta(seconds=800),
         alias="timeoutPerGiB",
         description="Abort a migration running longer than this per GiB of guest memory.",
     )
-    progress_timeout: Duration = Field(
+    progress_timeout: Stall = Field(
         default=timedelta(seconds=150),
         alias="progressTimeout",
         description="Abort a migration that makes no progress for this long.",
@@ -121,7 +165,9 @@ class Window(Frozen):
         pattern=r"^\S+(\s+\S+){4}$",
         description='Five-field cron expression of when a window opens, e.g. "0 22 * * 1-5".',
     )
-    duration: Duration = Field(description="How long the window stays open; more than 0.")
+    duration: WindowLength = Field(
+        description="How long the window stays open; more than 0, at most 366d."
+    )
     timezone: str | None = Field(
         default=None,
         description="IANA time zone of the schedule, e.g. Europe/Berlin; UTC when absent.",
@@ -130,7 +176,9 @@ class Window(Frozen):
 
 class BalancePolicySpec(Frozen):
     mode: Mode = Field(default=Mode.PROPOSE, description="observe | propose | apply.")
-    interval: Duration = Field(default=timedelta(minutes=15), description="How often to reconcile.")
+    interval: Interval = Field(
+        default=timedelta(minutes=15), description="How often to reconcile; 1s to 7d."
+    )
     score: ScoreWeights = Field(default_factory=ScoreWeights)
     basis: Basis = Field(default=Basis.USED, description="used (measured) | allocated.")
     threshold: Percent = Field(
@@ -152,12 +200,17 @@ class BalancePolicySpec(Frozen):
         description="No host may exceed this memory or CPU utilisation after a move (%).",
     )
     cpu_overcommit: float = Field(
-        default=4.0, gt=0, le=64, alias="cpuOvercommit", description="vCPUs per host CPU, at most."
+        default=4.0,
+        gt=0,
+        le=64,
+        allow_inf_nan=False,
+        alias="cpuOvercommit",
+        description="vCPUs per host CPU, at most.",
     )
-    cooldown: Duration = Field(
+    cooldown: Hold = Field(
         default=timedelta(hours=6), description="A moved VM is not moved again for balance."
     )
-    min_uptime: Duration = Field(
+    min_uptime: Hold = Field(
         default=timedelta(minutes=5),
         alias="minUptime",
         description="A VM started more recently is not moved for balance.",

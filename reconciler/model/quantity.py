@@ -1,14 +1,18 @@
 """Sizes (``4GiB``), durations (``15m``) and percentages as typed values.
 
 Sizes parse to whole bytes, durations to ``timedelta``; both keep a string JSON Schema so
-editors show users the form they write.
+editors show users the form they write. Every size is at most ``MAX_SIZE`` and every duration at
+most ``MAX_DURATION``; a field narrows that with ``duration_within``, so a value the runtime
+cannot use (a timer of a million weeks, a size past 64 bits) is a validation error, never an
+``OverflowError`` later.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
@@ -31,6 +35,11 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|K|KB|M|MB|G|GB|T|TB)\s*$"
 _UNITS_TEXT = "B, KiB, MiB, GiB or TiB"
 
+MAX_SIZE: Final = 1024**5
+"""1 PiB: more than any host's memory, far within what libvirt and 64-bit counters hold."""
+MAX_DURATION: Final = timedelta(days=3650)
+"""Ten years: longer than any timer, window or cooldown the reconciler keeps."""
+
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d|w))+$"
@@ -47,6 +56,8 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError("a size cannot be negative")
+        if value > MAX_SIZE:
+            raise ValueError(f"{value} bytes is too large; {_MAX_SIZE_HINT}")
         return value
     if not isinstance(value, str):
         raise ValueError("a size must be a string such as 512MiB or 4GiB")
@@ -58,29 +69,95 @@ def parse_size(value: object) -> int:
         )
     if not match or match.group(2) not in _SIZE_UNITS:
         raise ValueError(f"{value!r} is not a size; write a number and a unit: {_UNITS_TEXT}")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    size = float(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    if not size <= MAX_SIZE:  # also infinity, from hundreds of digits
+        raise ValueError(f"{value.strip()} is too large; {_MAX_SIZE_HINT}")
+    return int(size)
 
 
-def parse_duration(value: object) -> timedelta:
-    """A ``timedelta`` from ``90s``, ``15m``, ``6h``, ``7d``, ``1h30m`` or seconds as a number."""
+_MAX_SIZE_HINT: Final = "use at most 1024TiB (1PiB)"
+
+
+def _seconds(value: object) -> float:
+    """Seconds in ``value`` (``90s``, ``1h30m``, a number); infinite when they overflow a float.
+
+    No ``timedelta`` is built here, so no value, however large, raises OverflowError.
+    """
     if isinstance(value, timedelta):
-        return value
+        return value.total_seconds()
     if isinstance(value, bool):
         raise ValueError("a duration must be a string such as 90s, 15m, 6h or 7d")
     if isinstance(value, int | float):
+        if math.isnan(value):
+            raise ValueError(f"{value} is not a duration; {_DURATION_HINT}")
         if value < 0:
             raise ValueError("a duration cannot be negative")
-        return timedelta(seconds=value)
+        return float(value)
     if not isinstance(value, str):
         raise ValueError("a duration must be a string such as 90s, 15m, 6h or 7d")
     text = value.strip()
     parts = _DURATION_RE.findall(text)
     if not text or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{value!r} is not a duration; {_DURATION_HINT}")
+    return math.fsum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+_DURATION_HINT: Final = "write a number and a unit: ms, s, m, h, d or w (e.g. 90s, 15m, 6h, 1h30m)"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, str):
+        return value.strip()
+    return f"{value} seconds"
+
+
+def parse_duration(value: object) -> timedelta:
+    """A ``timedelta`` from ``90s``, ``15m``, ``6h``, ``7d``, ``1h30m`` or seconds as a number.
+
+    At most ``MAX_DURATION``; longer is an error (ValueError), as is anything that is no
+    duration.
+    """
+    if isinstance(value, timedelta):
+        return value
+    seconds = _seconds(value)
+    if not seconds <= MAX_DURATION.total_seconds():
         raise ValueError(
-            f"{value!r} is not a duration; write a number and a unit: ms, s, m, h, d or w "
-            "(e.g. 90s, 15m, 6h, 1h30m)"
+            f"{_shown(value)} is too long; use at most {format_duration(MAX_DURATION)}"
         )
-    return timedelta(seconds=sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
+    return timedelta(seconds=seconds)
+
+
+def duration_within(
+    low: timedelta,
+    high: timedelta,
+    *,
+    above: bool = False,
+    too_short: str | None = None,
+    too_long: str | None = None,
+) -> BeforeValidator:
+    """A field's own bounds on a ``Duration``: ``low`` (excluded when ``above``) to ``high``.
+
+    Use as ``Annotated[Duration, duration_within(...)]``; it runs before the parsing, so a
+    value past any bound is reported with the field's bound, never as an overflow.
+    ``too_short``/``too_long`` replace the default "what; how" messages; ``{value}`` in them is
+    the value as written.
+    """
+
+    def check(value: object) -> timedelta:
+        seconds = _seconds(value)
+        shown = _shown(value)
+        if not seconds <= high.total_seconds():
+            text = too_long or f"{{value}} is too long; use at most {format_duration(high)}"
+            raise ValueError(text.format(value=shown))
+        if seconds < low.total_seconds() or (above and seconds <= low.total_seconds()):
+            bound = "more than" if above else "at least"
+            text = too_short or f"{{value}} is too short; use {bound} {format_duration(low)}"
+            raise ValueError(text.format(value=shown))
+        return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+    return BeforeValidator(check)
 
 
 def format_size(size: int) -> str:
@@ -143,5 +220,5 @@ Duration = Annotated[
 ]
 """A ``timedelta``; written as ``90s``/``15m``/``6h``/``7d`` in YAML."""
 
-Percent = Annotated[float, Field(ge=0, le=100)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 """A percentage, 0 to 100."""

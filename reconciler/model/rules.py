@@ -38,6 +38,9 @@ class Selector(Frozen):
         return self
 
 
+MAX_COUNT = 1_000_000
+"""A count of VMs: more than any cluster holds."""
+
 _NAME = Field(pattern=NAME_PATTERN, description="Unique rule name, shown in plans.")
 _ENF = Field(default=Enforcement.REQUIRED, description="required | preferred. Default: required.")
 
@@ -118,6 +121,7 @@ class SpreadRule(Frozen):
     max_skew: int = Field(
         default=1,
         ge=1,
+        le=MAX_COUNT,
         alias="maxSkew",
         description="Largest allowed difference of member counts between two values.",
     )
@@ -131,7 +135,11 @@ class DisruptionBudgetRule(Frozen):
     type: Literal["disruptionBudget"]
     vms: Selector
     max_concurrent: int = Field(
-        default=1, ge=1, alias="maxConcurrent", description="Members migrating at once, at most."
+        default=1,
+        ge=1,
+        le=MAX_COUNT,
+        alias="maxConcurrent",
+        description="Members migrating at once, at most.",
     )
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -162,3 +167,218 @@ def test_a_port_in_use_is_a_clear_error(app: App) -> None:
             on_push=print,
             secret=None,
         )
+
+
+# --- the endpoints face the network: idle, half-sent, oversized and unsigned requests ---------
+
+
+class Tight(App):
+    """A server with a short read timeout and a small connection bound, so tests are quick."""
+
+    def __init__(
+        self,
+        *,
+        read_timeout: float = 1.0,
+        max_connections: int = 16,
+        connection_deadline: float = 30.0,
+    ) -> None:
+        self.metrics = Metrics("lab")
+        self.health = Health()
+        self.pushes = []
+        self.server = HttpServer(
+            ("127.0.0.1", 0),
+            registry=self.metrics.registry,
+            health=lambda: (self.health.healthy, self.health.report()),
+            on_push=self.pushes.append,
+            secret=SECRET,
+            branch="main",
+            read_timeout=read_timeout,
+            max_connections=max_connections,
+            connection_deadline=connection_deadline,
+        )
+        host, port = self.server.address
+        self.url = f"http://{host}:{port}"
+
+
+@pytest.fixture
+def tight() -> Iterator[Tight]:
+    a = Tight()
+    a.server.start()
+    try:
+        yield a
+    finally:
+        a.server.stop()
+
+
+def _connect(app: App) -> socket.socket:
+    host, port = app.server.address
+    return socket.create_connection((host, port), timeout=10)
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (EOF or reset) within ``within`` seconds; what it
+    answered before closing is read and dropped."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+def _wait_for(condition: Callable[[], bool], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_300_idle_or_half_sent_connections_hold_a_bounded_number_of_threads(
+    tight: Tight, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = threading.active_count()
+    socks = []
+    try:
+        for i in range(300):
+            sock = _connect(tight)
+            if i % 3 == 1:  # half a request line
+                sock.sendall(b"GET /metr")
+            elif i % 3 == 2:  # headers promising a body that never comes
+                sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
+            socks.append(sock)
+        time.sleep(0.3)
+        peak = threading.active_count() - before
+        assert peak <= 16 + 1, f"{peak} threads for 300 connections"
+        # the server still answers once the idle ones are gone: every one is closed by it
+        assert all(_closed_by_server(s, within=5) for s in socks)
+        assert _wait_for(lambda: threading.active_count() <= before, within=3)
+        assert httpx.get(f"{tight.url}/healthz").status_code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "BrokenPipe" not in err
+
+
+def test_clients_that_go_away_leave_no_traceback(
+    tight: Tight, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="reconciler.adapters.http_server")
+    big = b"x" * 50_000
+    for _ in range(20):
+        sock = _connect(tight)
+        sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n" + big)
+        # reset instead of a clean close: the server's reads and writes fail
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    for _ in range(20):
+        sock = _connect(tight)
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    time.sleep(1.5)
+    assert httpx.get(f"{tight.url}/healthz").status_code == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "Error" not in err
+    for record in caplog.records:
+        assert record.exc_info is None, record.getMessage()
+    went = [r.getMessage() for r in caplog.records if "went away" in r.getMessage()]
+    assert went, [r.getMessage() for r in caplog.records]
+    assert len(went) <= 40  # once per connection at most
+
+
+def test_an_oversize_body_is_refused_before_it_is_read(tight: Tight) -> None:
+    sock = _connect(tight)
+    try:
+        sock.sendall(
+            b"POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+            b"Content-Length: 1000000000\r\n\r\n"
+        )  # no body follows: an answer means the server did not wait for it
+        sock.settimeout(5)
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert tight.pushes == []
+
+
+@pytest.mark.parametrize("length", ["-1", "12abc", "1e3"])
+def test_a_malformed_content_length_is_refused(tight: Tight, length: str) -> None:
+    sock = _connect(tight)
+    try:
+        sock.sendall(
+            f"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
+        )
+        sock.settimeout(5)
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+    assert answer.split(b" ")[1] in (b"400", b"413")
+
+
+def test_a_bad_signature_is_refused_before_the_body_is_parsed(
+    tight: Tight, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[object] = []
+    real = json.loads
+
+    def spy(text: str | bytes, **kw: object) -> object:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(json, "loads", spy)
+    r = httpx.post(
+        f"{tight.url}/webhook",
+        content=PUSH,
+        headers={"X-Hub-Signature-256": f"sha256={_hmac(PUSH, 'wrong')}", "X-GitHub-Event": "push"},
+    )
+    assert r.status_code == 401
+    assert parsed == []
+    r = httpx.post(
+        f"{tight.url}/webhook",
+        content=PUSH,
+        headers={"X-Hub-Signature-256": f"sha256={_hmac(PUSH)}", "X-GitHub-Event": "push"},
+    )
+    assert r.status_code == 202
+    assert parsed  # the spy sees the parse of a signed body: it can fail
+
+
+def test_get_on_the_webhook_is_405_with_allow_post(app: App) -> None:
+    r = httpx.get(f"{app.url}/webhook")
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "POST"
+    r = httpx.post(f"{app.url}/metrics", content=b"")
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "GET, HEAD"
+    assert httpx.get(f"{app.url}/nowhere").status_code == 404
+
+
+def test_a_slow_trickle_is_cut_at_the_connection_deadline() -> None:
+    slow = Tight(read_timeout=1.0, connection_deadline=1.5)
+    slow.server.start()
+    try:
+        sock = _connect(slow)
+        start = time.monotonic()
+        closed = False
+        for char in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100:
+            try:
+                sock.sendall(bytes([char]))  # one byte each 0.3 s: under the read timeout
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.3)
+            if time.monotonic() - start > 5:
+                break
+        closed = closed or _closed_by_server(sock, within=1)
+        sock.close()
+    finally:
+        slow.server.stop()
+    assert closed
+    assert time.monotonic() - start < 5

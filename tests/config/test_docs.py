@@ -66,3 +66,27 @@ def test_ci_runs_make_test() -> None:
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
     runs = [s.get("run") for s in workflow["jobs"]["test"]["steps"]]
     assert "make test" in runs
+
+
+def test_ci_runs_the_lab_tests_as_root_and_fails_when_the_lab_cannot_start() -> None:
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    runs = " ".join(s.get("run", "") for s in workflow["jobs"]["lab"]["steps"])
+    assert "make setup" in runs
+    assert "sudo " in runs
+    assert '-m "lab or libvirt"' in runs
+    assert "RECONCILER_REQUIRE_LAB=1" in runs
+    assert "RECONCILER_LAB_VIRT_TYPE=qemu" in runs  # TCG without /dev/kvm
+
+
+SUPPORTED = {"actions/checkout": 5, "actions/setup-python": 6}
+"""The first major versions of these actions that run on Node 24."""
+
+
+def test_every_action_is_on_a_supported_runtime() -> None:
+    files = [*(REPO / ".github" / "workflows").glob("*.yml"), REPO / "action.yml"]
+    seen = 0
+    for file in files:
+        for action, version in re.findall(r"uses:\s*(actions/[\w-]+)@v(\d+)", file.read_text()):
+            seen += 1
+            assert int(version) >= SUPPORTED[action], f"{file.name}: {action}@v{version}"
+    assert seen >= 5

@@ -3,6 +3,7 @@ the local GitHub-API server (an API-faithful local server, not the real GitHub).
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_validate_reads_the_branch_head_and_posts_a_commit_status(
     assert TOKEN not in run.out + run.err
 
 
-def test_posting_a_status_without_a_token_is_a_clear_error(
+def test_posting_a_status_without_a_token_is_a_warning_and_a_valid_state_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RECONCILER_FORGE_TOKEN", raising=False)
@@ -53,5 +54,43 @@ def test_posting_a_status_without_a_token_is_a_clear_error(
         capsys, "validate", root / "cluster-state", "--post-status", "0" * 40,
         "--forge-project", "infra/state",
     )  # fmt: skip
-    assert run.code == 1
+    assert run.code == 0, "a fork's pull request has no token: the state is still valid"
+    assert "warning: cannot post the commit status" in run.err
     assert "RECONCILER_FORGE_TOKEN" in run.err
+    assert "valid" in run.out
+
+
+def test_an_unreachable_forge_is_a_warning_and_an_invalid_state_still_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECONCILER_FORGE_TOKEN", TOKEN)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    status = ["--forge-project", "infra/state", "--forge-url", f"http://127.0.0.1:{port}"]
+    run = reconciler(capsys, "validate", root / "cluster-state", "--post-status", "0" * 40, *status)
+    assert run.code == 0, run.err
+    assert "warning: cannot post the commit status" in run.err
+    assert TOKEN not in run.out + run.err
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in (root / "cluster-state").glob("*.yaml"):
+        (broken / f.name).write_text(f.read_text().replace("threshold: 20", "threshold: 120"))
+    run = reconciler(capsys, "validate", broken, "--post-status", "0" * 40, *status)
+    assert run.code == 1
+    assert "warning: cannot post the commit status" in run.err
+
+
+def test_a_refused_status_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECONCILER_FORGE_TOKEN", "a fork's read-only token")
+    root = Path(__file__).resolve().parents[2]
+    with serving(GitHubServer(owner="infra", repo="state")) as api:
+        status = ["--forge-url", api, "--forge-project", "infra/state"]
+        run = reconciler(
+            capsys, "validate", root / "cluster-state", "--post-status", "0" * 40, *status
+        )
+    assert run.code == 0, run.err
+    assert "warning: cannot post the commit status" in run.err
