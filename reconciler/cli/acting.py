@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the engine is imported when a command acts, not for every c
     from reconciler.engine.triggers import Wakeup
 
 COORDINATION_ENV = "RECONCILER_COORDINATION"
+YES_HELP = "act without asking for confirmation (drain: with --apply)"
 RETRY_PERIOD = 2.0
 RENEW_DEADLINE = 10.0
 
@@ -74,6 +75,15 @@ def add_hold_arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="hold the cluster through a coordination service instead of the git lease or "
         f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${COORDINATION_ENV})",
+    )
+
+
+def add_actor_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--actor",
+        default=default_actor(),
+        help="with --repo: the Reconciler-Actor of the commits this command makes "
+        "(default: $RECONCILER_ACTOR, else reconciler@<host>)",
     )
 
 

@@ -58,7 +58,7 @@ def register(sub: Subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_path_argument(p)
-    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--yes", action="store_true", help=acting.YES_HELP)
     p.add_argument("--dry-run", action="store_true", help="show the plan and stop")
     p.add_argument(
         "--format",
@@ -82,12 +82,7 @@ def register(sub: Subparsers) -> None:
         help="with --repo: the Reconciler-Trigger of the audit commit (default: maintenance "
         "for drains, merge when the source commit is a merge, else manual)",
     )
-    p.add_argument(
-        "--actor",
-        default=acting.default_actor(),
-        help="with --repo: the Reconciler-Actor of the audit commit "
-        "(default: $RECONCILER_ACTOR, else reconciler@<host>)",
-    )
+    acting.add_actor_argument(p)
     p.set_defaults(handler=run)
 
 

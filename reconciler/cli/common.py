@@ -270,22 +270,20 @@ DEFAULT_REPO_FOLDER = "cluster-state"
 FORGES = ("github", "gitea", "gitlab")
 
 
-def add_forge_arguments(
-    p: argparse.ArgumentParser | argparse._ArgumentGroup,
-    *,
-    default: str,
-    what: str,
-    push_only: bool,
-) -> None:
-    """--forge, --forge-url and --forge-project. ``push_only`` adds ``--forge none``: push the
-    branch, open nothing. The token is read from $RECONCILER_FORGE_TOKEN, never from a flag."""
+FORGE_ENV = "RECONCILER_FORGE"
+FORGE_TOKEN_ENV = "RECONCILER_FORGE_TOKEN"
+
+
+def add_forge_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--forge, --forge-url and --forge-project: the same spelling, default and help in every
+    command. The token is read from $RECONCILER_FORGE_TOKEN, never from a flag."""
     p.add_argument(
         "--forge",
-        choices=(*FORGES, "none") if push_only else FORGES,
-        default=default,
-        help=f"where the {what} live (default: {default}"
-        + (": only the branch reconciler/<cluster> is pushed" if default == "none" else "")
-        + "); the token is read from $RECONCILER_FORGE_TOKEN",
+        choices=(*FORGES, "none"),
+        default=None,
+        help="where pull requests and commit statuses live; none: only push branches, post "
+        f"nothing (default: ${FORGE_ENV}, else github when ${FORGE_TOKEN_ENV} is set, else "
+        f"none); the token is read from ${FORGE_TOKEN_ENV}",
     )
     p.add_argument(
         "--forge-url",
@@ -299,6 +297,21 @@ def add_forge_arguments(
         metavar="OWNER/NAME",
         help="the repository on the forge (default: the last two parts of --repo)",
     )
+
+
+def forge_of(args: argparse.Namespace) -> str:
+    """The forge to use: --forge, else $RECONCILER_FORGE, else github with a token, else none."""
+    import os
+
+    chosen = getattr(args, "forge", None) or os.environ.get(FORGE_ENV)
+    if chosen:
+        if chosen not in (*FORGES, "none"):
+            raise ConfigError(
+                f"${FORGE_ENV}={chosen!r} is not a forge",
+                hint=f"one of: {', '.join((*FORGES, 'none'))}",
+            )
+        return chosen
+    return "github" if os.environ.get(FORGE_TOKEN_ENV) else "none"
 
 
 def add_now_argument(p: argparse.ArgumentParser, what: str, *, decides: str = "") -> None:

@@ -22,6 +22,7 @@ from reconciler.cli.common import (
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
+    forge_of,
     history_for,
     load_desired,
     snapshot_for,
@@ -61,7 +62,7 @@ def register(sub: Subparsers) -> None:
     )
     add_path_argument(p)
     add_repo_arguments(p)
-    add_forge_arguments(p, default="github", what="pull requests", push_only=True)
+    add_forge_arguments(p)
     add_snapshot_argument(p)
     add_state_dir_argument(p)
     add_observe_overrides(p)
@@ -106,21 +107,22 @@ def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | Non
 
 def open_forge_of(args: argparse.Namespace) -> Any:
     """The forge named by --forge (None for --forge none); the token from the environment."""
-    if args.forge == "none":
+    forge = forge_of(args)
+    if forge == "none":
         return None
     from reconciler.adapters.forges import open_forge
 
     token = os.environ.get(TOKEN_ENV)
     if not token:
         raise ConfigError(
-            f"--forge {args.forge} needs a token in ${TOKEN_ENV}",
+            f"--forge {forge} needs a token in ${TOKEN_ENV}",
             hint=f"export {TOKEN_ENV}=... (a token that may write pull requests), "
             "or use --forge none to only push the branch",
         )
     project = args.forge_project or project_of(args.repo)
     if project is None:
         raise ConfigError("cannot tell the forge project", hint="pass --forge-project")
-    return open_forge(args.forge, project=project, token=token, api_url=args.forge_url)
+    return open_forge(forge, project=project, token=token, api_url=args.forge_url)
 
 
 def propose_plan(

@@ -50,9 +50,7 @@ def register(sub: Subparsers) -> None:
     )
     add_path_argument(p)
     add_repo_arguments(p)
-    add_forge_arguments(
-        p, default="none", what="pull requests (mode propose, with --repo)", push_only=True
-    )
+    add_forge_arguments(p)
     p.add_argument(
         "--poll",
         type=positive_float,

@@ -16,6 +16,7 @@ from reconciler.cli.common import (
     add_forge_arguments,
     add_repo_arguments,
     checkout_state,
+    forge_of,
 )
 from reconciler.errors import ConfigError, ReconcilerError
 
@@ -49,7 +50,7 @@ def register(sub: Subparsers) -> None:
         "commit status", "post the result on a commit of a forge (token in $RECONCILER_FORGE_TOKEN)"
     )
     status.add_argument("--post-status", metavar="SHA", help="the commit to post the result on")
-    add_forge_arguments(status, default="github", what="commit statuses", push_only=False)
+    add_forge_arguments(status)
     status.add_argument("--status-url", metavar="URL", help="where the status links to")
     p.set_defaults(handler=_run_validate)
 
@@ -79,6 +80,12 @@ def _post_status(args: argparse.Namespace, valid: bool, errors: int, warnings: i
 
     token = os.environ.get(TOKEN_ENV)
     try:
+        forge_name = forge_of(args)
+        if forge_name == "none":
+            raise ConfigError(
+                "no forge is chosen (--forge none, or no token)",
+                hint=f"pass --forge and export {TOKEN_ENV}",
+            )
         if not token or not args.forge_project:
             missing = " and ".join(
                 what
@@ -94,7 +101,7 @@ def _post_status(args: argparse.Namespace, valid: bool, errors: int, warnings: i
                 "permissions: statuses: write (pull requests from forks get no such token)",
             )
         forge = open_forge(
-            args.forge, project=args.forge_project, token=token, api_url=args.forge_url
+            forge_name, project=args.forge_project, token=token, api_url=args.forge_url
         )
         try:
             forge.set_status(
