@@ -274,7 +274,8 @@ class GitStateRepo:
     ) -> list[RepoCommit]:
         """Commits of ``rev`` (newest first) with their trailers, through
         ``%(trailers:...)`` so git itself decides what a trailer is."""
-        fmt = _FS.join(["%H", "%an", "%ae", "%aI", "%s", "%b", "%(trailers:unfold,only)"]) + _RS
+        fields = ["%H", "%an", "%ae", "%aI", "%cn", "%ce", "%s", "%b", "%(trailers:unfold,only)"]
+        fmt = _FS.join(fields) + _RS
         args = ["log", f"--format={fmt}"]
         if since is not None:
             args.append(f"--since={since.isoformat()}")
@@ -286,9 +287,9 @@ class GitStateRepo:
         records = []
         for chunk in self._git(*args).split(_RS):
             fields = chunk.strip("\n").split(_FS)
-            if len(fields) != 7:
+            if len(fields) != 9:
                 continue
-            sha, name, email, date, subject, body, trailers = fields
+            sha, name, email, date, committer, committer_email, subject, body, trailers = fields
             records.append(
                 RepoCommit(
                     sha=sha,
@@ -298,6 +299,8 @@ class GitStateRepo:
                     subject=subject,
                     body=body.strip(),
                     trailers=parse_trailers(trailers),
+                    committer=committer,
+                    committer_email=committer_email,
                 )
             )
         return records

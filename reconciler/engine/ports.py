@@ -158,6 +158,9 @@ class TextFile(Protocol):
 class StateRepo(Protocol):
     """The git repository holding the desired state; fetched before every round."""
 
+    author: tuple[str, str]
+    """(name, email) the reconciler's commits are made with, as author and committer."""
+
     def fetch(self) -> None:
         """Bring every remote branch up to date."""
         ...

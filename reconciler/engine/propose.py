@@ -3,8 +3,11 @@
 The branch ``reconciler/<cluster>`` holds exactly one commit on top of the base branch: the
 minimal edit of the cluster's placement file, with the moves in its message and trailers
 ``Reconciler-Plan`` and ``Reconciler-Source``. The same plan id again changes nothing; an
-empty plan closes the pull request with a comment and deletes the branch; a commit without
-our trailer on the branch is a person's and is never overwritten (comment once, blocked).
+empty plan closes the pull request with a comment and deletes the branch. What counts as the
+reconciler's is decided from what it writes, not from a trailer a person can carry: a commit
+with our trailer *and* committed with the reconciler's identity. Anything else on the branch
+(a person's commit, or the proposal amended or rebased by a person) is never overwritten
+(comment once, blocked, exit 3).
 Talks to git and the forge only through the StateRepo and Forge ports.
 """
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.engine.ports import Forge, StateRepo
-from reconciler.model.audit import PullRequest, short_id
+from reconciler.model.audit import PullRequest, RepoCommit, short_id
 from reconciler.model.placement import Placement
 from reconciler.model.plan import Move, Plan
 
@@ -103,15 +106,22 @@ def move_line(m: Move) -> str:
     return f"- {m.vm}: {m.source} -> {m.target} ({why}): {m.detail}"
 
 
+def _ours(repo: StateRepo, commit: RepoCommit) -> bool:
+    """Made by the reconciler: its trailer, and committed with its identity. A person's amend
+    or rebase keeps the trailer but makes the commit theirs: that is never overwritten."""
+    committed = (commit.committer, commit.committer_email)
+    return commit.trailer(PLAN_TRAILER) is not None and committed == tuple(repo.author)
+
+
 def propose(repo: StateRepo, forge: Forge | None, p: Proposal) -> ProposeResult:
     """Bring the branch and pull request of ``p.cluster`` in line with ``p``; see the module."""
     branch = proposal_branch(p.cluster)
     head = repo.head(branch)
     pr = forge.find_open(branch) if forge is not None else None
     if head is not None:
-        foreign = [c for c in repo.commits(f"{p.source}..{head}") if not c.trailer(PLAN_TRAILER)]
+        foreign = [c for c in repo.commits(f"{p.source}..{head}") if not _ours(repo, c)]
         if foreign:
-            who = ", ".join(sorted({c.author for c in foreign}))
+            who = ", ".join(sorted({c.committer or c.author for c in foreign}))
             detail = (
                 f"{branch} has {len(foreign)} commit(s) by {who} (e.g. {foreign[0].sha[:12]}); "
                 "the proposal is no longer updated"

@@ -19,6 +19,9 @@ class RepoCommit(Frozen):
     date: datetime
     subject: str
     body: str = ""
+    committer: str = ""
+    """Who made this commit object: a person's amend or rebase makes it theirs."""
+    committer_email: str = ""
     trailers: dict[str, list[str]] = {}
     """Trailer key (lower case) -> its values, in order."""
 

@@ -120,6 +120,27 @@ def test_a_persons_commit_is_never_overwritten(
     assert pr["state"] == "open"
 
 
+def test_a_persons_amend_keeping_the_trailer_is_never_overwritten(
+    world: tuple[str, Path, Path, GitHubServer, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, person, _, _, args = world
+    branch = BRANCH.format(name=name)
+    assert reconciler(capsys, "propose", *args).code == 2
+    git(person, "fetch", "-q")
+    git(person, "checkout", "-q", "-b", "mine", f"origin/{branch}")
+    (person / "cluster-state" / "placement.yaml").write_text(
+        (person / "cluster-state" / "placement.yaml").read_text() + "# a person's note\n"
+    )
+    git(person, "commit", "-qa", "--amend", "--no-edit")  # keeps Reconciler-Plan
+    assert "Reconciler-Plan:" in git(person, "log", "-1", "--format=%B")
+    git(person, "push", "-qf", "origin", f"mine:{branch}")
+    theirs = git(person, "rev-parse", "HEAD").strip()
+    blocked = reconciler(capsys, "propose", *args)
+    assert blocked.code == 3, blocked.err
+    assert "Ada Person" in blocked.out
+    assert remote_head(person, branch) == theirs
+
+
 def test_merged_proposal_closes_nothing_left_and_history_shows_it(
     world: tuple[str, Path, Path, GitHubServer, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,8 @@ class FakeRepo:
     )
     counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     pushes: int = 0
+    author: tuple[str, str] = ("reconciler", "reconciler@localhost")
+    committers: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def fetch(self) -> None: ...
 
@@ -42,10 +44,15 @@ class FakeRepo:
         sha: str | None = tip
         while sha is not None and sha != base:
             parent, author, _, trailers = self.commits_[sha]
+            committer = self.committers.get(
+                sha, self.author if author == "reconciler" else (author, "ada@example.net")
+            )
             out.append(
                 RepoCommit(
                     sha=sha,
                     author=author,
+                    committer=committer[0],
+                    committer_email=committer[1],
                     email="",
                     date=NOW,
                     subject="",
@@ -91,6 +98,16 @@ class FakeRepo:
                 (root / path).parent.mkdir(parents=True, exist_ok=True)
                 (root / path).write_text(text, encoding="utf-8")
         return root
+
+    def person_amends(self, branch: str) -> None:
+        """A person's ``git commit --amend`` of the head: the trailers stay, the committer is
+        the person now."""
+        head = self.branches[branch]
+        parent, author, files, trailers = self.commits_[head]
+        sha = f"a{next(self.counter)}"
+        self.commits_[sha] = (parent, author, {**files, "x": "edited"}, dict(trailers))
+        self.committers[sha] = ("Ada Person", "ada@example.net")
+        self.branches[branch] = sha
 
     def person_commits(self, branch: str) -> None:
         sha = f"p{next(self.counter)}"
@@ -186,6 +203,18 @@ def test_a_persons_commit_blocks_and_is_commented_once() -> None:
     assert len(forge.comments) == 1
     assert "stopped updating" in forge.comments[0][1]
     assert 1 not in forge.closed
+
+
+def test_a_persons_amend_that_keeps_the_trailer_still_blocks() -> None:
+    repo, forge = FakeRepo(), FakeForge()
+    propose(repo, forge, proposal("p1"))
+    repo.person_amends("reconciler/lab")
+    theirs = repo.branches["reconciler/lab"]
+    assert repo.commits_[theirs][3]["Reconciler-Plan"] == "p1", "the trailer was kept"
+    result = propose(repo, forge, proposal("p2"))
+    assert result.outcome is Outcome.BLOCKED
+    assert "Ada Person" in result.detail
+    assert repo.branches["reconciler/lab"] == theirs
 
 
 def test_forge_none_only_pushes_and_a_lost_race_raises() -> None:
