@@ -109,7 +109,7 @@ def test_the_failure_record_goes_where_the_vm_runs() -> None:
             running_on=[move.target],
         )
 
-    fake.migrate = arrived_but_failed  # type: ignore[method-assign,assignment]
+    fake.migrate = arrived_but_failed  # type: ignore[method-assign]
     _execution(fake, [mv("x", "a", "b")]).run()
     assert fake.vms["x"].host == "b"
     hosts = [h for h, name, state in fake.records if name == "x" and state.last_failure]
