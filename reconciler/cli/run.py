@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from reconciler.cli import acting
@@ -27,9 +25,9 @@ from reconciler.cli.common import (
     add_state_dir_argument,
     positive_float,
 )
+from reconciler.cli.signals import Signals
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
-    from reconciler.engine.loop import Loop
     from reconciler.model.policy import BalancePolicy
     from reconciler.model.status import ReconcileStatus
 
@@ -76,20 +74,6 @@ def register(sub: Subparsers) -> None:
         f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${acting.COORDINATION_ENV})",
     )
     p.set_defaults(handler=run)
-
-
-class _Signals:
-    """First SIGTERM/SIGINT: stop the loop (no new move); second: abort running migrations."""
-
-    def __init__(self, loop: Loop, abort: threading.Event) -> None:
-        self.loop = loop
-        self.abort = abort
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
-        if self.loop.stopping:
-            self.abort.set()
-        self.loop.stop()
 
 
 DESIRED_CHANGES = ("desired-state-changed", "webhook")
@@ -220,17 +204,16 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(source, RepoSource)
         else triggers.FolderWatcher(acting.source_folder(source), wakeup)
     )
-    handler = _Signals(loop, abort)
-    old = {s: signal.signal(s, handler.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    # the loop's own stop event, not the round's: a standby taking the lease clears that one
+    signals = Signals(abort=abort, on_stop=loop.stop)
     try:
-        if server is not None:
-            server.start()
-        watcher.start()
-        keeper.start()
-        loop.run()
+        with signals.installed():
+            if server is not None:
+                server.start()
+            watcher.start()
+            keeper.start()
+            loop.run()
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         watcher.stop()
         if server is not None:
             server.stop()
