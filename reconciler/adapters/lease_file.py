@@ -80,9 +80,17 @@ class FileLease:
             os.close(fd)
             raise TerminalError(f"cannot lock {self.path}: {err.strerror}") from err
         data = (json.dumps(self.me) + "\n").encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-        os.fsync(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        except OSError as err:
+            os.close(fd)  # the lock goes with it
+            raise TerminalError(
+                f"cannot write who holds {self.path}: {err.strerror}",
+                hint="free space on that file system, or set $RECONCILER_LOCK_DIR to another "
+                "directory",
+            ) from err
         self._fd = fd
         return True
 
