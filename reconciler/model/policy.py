@@ -128,6 +128,23 @@ class Window(Frozen):
     )
 
 
+class Record(Frozen):
+    """How ``run --repo`` publishes what it observes, for ``reconciler impact`` in CI."""
+
+    every: Duration = Field(
+        default=timedelta(minutes=15),
+        description="Push the latest recorded snapshot to the branch "
+        "reconciler/observed/<cluster> at most this often.",
+    )
+
+    @field_validator("every")
+    @classmethod
+    def _every_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("record.every must be more than 0s, e.g. 15m")
+        return value
+
+
 class BalancePolicySpec(Frozen):
     mode: Mode = Field(default=Mode.PROPOSE, description="observe | propose | apply.")
     interval: Duration = Field(default=timedelta(minutes=15), description="How often to reconcile.")
@@ -168,6 +185,10 @@ class BalancePolicySpec(Frozen):
     migration: MigrationTuning = Field(default_factory=MigrationTuning)
     windows: list[Window] | None = Field(
         default=None, description="apply acts only inside these; None = always."
+    )
+    record: Record = Field(
+        default_factory=Record,
+        description="Publishing observations (run --repo) for reconciler impact.",
     )
 
     @field_validator("interval")
