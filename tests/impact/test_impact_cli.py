@@ -191,3 +191,21 @@ def test_since_replays_what_run_recorded_on_the_branch(
     )  # fmt: skip
     assert "Over the last 7d: 12 recorded snapshots replayed" in md.out
     assert "| rounds that acted |" in md.out
+
+
+def test_a_pull_request_head_outside_the_branches_is_fetched(
+    world: tuple[str, Path, Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A forge keeps a pull request's head under refs/pull/N/head, not refs/heads."""
+    _, person, snap, common = world
+    change_policy(person, "fork", "threshold: 20 ", "threshold: 45 ")
+    sha = git(person, "rev-parse", "fork").strip()
+    git(person, "push", "--quiet", "origin", f"{sha}:refs/pull/7/head")
+    git(person, "push", "--quiet", "origin", "--delete", "fork")
+    for head in ("refs/pull/7/head", sha):
+        run = reconciler(
+            capsys, "impact", *common, "--base", "main", "--head", head, "--snapshot", snap,
+            "--format", "json",
+        )  # fmt: skip
+        assert run.code == EXIT_CHANGES, run.err
+        assert json.loads(run.out)["headRevision"] == sha
