@@ -94,10 +94,13 @@ def run(args: argparse.Namespace) -> int:
     history, status = history_for(args, desired.cluster.metadata.name)
     if (args.add_host is None) != (args.like is None):
         raise ConfigError("--add-host NAME and --like HOST go together", hint="give both")
-    if args.add_host is not None:
-        desired, snapshot = whatif.add_host_like(desired, snapshot, args.add_host, args.like)
-    if args.without_host:
-        desired = whatif.without_hosts(desired, args.without_host)
+    try:
+        if args.add_host is not None:
+            desired, snapshot = whatif.add_host_like(desired, snapshot, args.add_host, args.like)
+        if args.without_host:
+            desired = whatif.without_hosts(desired, args.without_host)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     now: datetime = args.now or datetime.now(UTC)
     result = planner.plan(desired, snapshot, history, now=now)
     if args.format == "json":

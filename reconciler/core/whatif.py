@@ -7,14 +7,14 @@
   reserve and migration limits as an existing one; balancing then shows what would move to
   it.
 
-Pure: new documents and a new snapshot, the inputs unchanged.
+Pure: new documents and a new snapshot, the inputs unchanged; a what-if that names no host
+of the cluster raises ValueError with the sentence to show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reconciler.errors import ConfigError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import Snapshot
@@ -23,9 +23,9 @@ from reconciler.model.snapshot import Snapshot
 def _known(desired: DesiredState, name: str, flag: str) -> None:
     names = [h.name for h in desired.cluster.spec.hosts]
     if name not in names:
-        raise ConfigError(
-            f"{flag} {name}: cluster {desired.cluster.metadata.name!r} has no host {name!r}",
-            hint=f"hosts: {', '.join(names)}",
+        raise ValueError(
+            f"{flag} {name}: cluster {desired.cluster.metadata.name!r} has no host {name!r} "
+            f"(hosts: {', '.join(names)})"
         )
 
 
@@ -48,9 +48,9 @@ def add_host_like(
     """A new empty host ``name`` made like ``like``, in the Cluster and in the snapshot."""
     _known(desired, like, "--like")
     if any(h.name == name for h in desired.cluster.spec.hosts):
-        raise ConfigError(
-            f"--add-host {name}: cluster {desired.cluster.metadata.name!r} has a host {name!r}",
-            hint="name the new host differently",
+        raise ValueError(
+            f"--add-host {name}: cluster {desired.cluster.metadata.name!r} has a host {name!r} "
+            "already; name the new host differently"
         )
     model = next(h for h in desired.cluster.spec.hosts if h.name == like)
     new_host = model.model_copy(
@@ -62,9 +62,9 @@ def add_host_like(
     cluster = desired.cluster.model_copy(update={"spec": spec})
     observed = next((h for h in snapshot.hosts if h.name == like), None)
     if observed is None or not observed.reachable:
-        raise ConfigError(
-            f"--like {like}: the snapshot has no observation of {like} to copy",
-            hint="pick a host the snapshot saw",
+        raise ValueError(
+            f"--like {like}: the snapshot has no observation of {like} to copy; "
+            "pick a host the snapshot saw"
         )
     state = observed.model_copy(
         update={
