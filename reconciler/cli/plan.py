@@ -92,13 +92,16 @@ def run(args: argparse.Namespace) -> int:
     desired = load_desired(args)
     snapshot = snapshot_for(args, desired)
     history, status = history_for(args, desired.cluster.metadata.name)
-    if (args.add_host is None) != (args.like is None):
+    # drain runs this with its own arguments: the what-ifs are plan's alone
+    add_host, like = getattr(args, "add_host", None), getattr(args, "like", None)
+    without: list[str] = getattr(args, "without_host", None) or []
+    if (add_host is None) != (like is None):
         raise ConfigError("--add-host NAME and --like HOST go together", hint="give both")
     try:
-        if args.add_host is not None:
-            desired, snapshot = whatif.add_host_like(desired, snapshot, args.add_host, args.like)
-        if args.without_host:
-            desired = whatif.without_hosts(desired, args.without_host)
+        if add_host is not None and like is not None:
+            desired, snapshot = whatif.add_host_like(desired, snapshot, add_host, like)
+        if without:
+            desired = whatif.without_hosts(desired, without)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     now: datetime = args.now or datetime.now(UTC)
