@@ -19,12 +19,15 @@ from urllib.parse import quote
 import httpx
 
 from reconciler.errors import ForgeError, ForgeUnavailable
-from reconciler.model.audit import PullRequest
+from reconciler.model.audit import Comment, PullRequest
 from reconciler.redact import scrub
 
 GITHUB_API = "https://api.github.com"
 GITLAB_API = "https://gitlab.com/api/v4"
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+PER_PAGE = 100
+MAX_PAGES = 50
+"""Comments read at most: 5,000 (a pull request with more is not looked through further)."""
 
 
 class _Http:
@@ -156,6 +159,24 @@ class GitHubForge(_Http):
     def comment(self, number: int, body: str) -> None:
         self._call("POST", f"{self._repo()}/issues/{number}/comments", json={"body": body})
 
+    def comments(self, number: int) -> list[Comment]:
+        """The comments of pull request ``number``, oldest first (issue comments API)."""
+        out: list[Comment] = []
+        for page in range(1, MAX_PAGES + 1):
+            found = self._call(
+                "GET",
+                f"{self._repo()}/issues/{number}/comments",
+                params={"per_page": PER_PAGE, "page": page},
+            )
+            out += [Comment(id=int(c["id"]), body=str(c.get("body") or "")) for c in found or []]
+            if not found or len(found) < PER_PAGE:
+                break
+        return out
+
+    def update_comment(self, number: int, comment_id: int, body: str) -> None:
+        del number  # GitHub and Gitea address a comment by its id alone
+        self._call("PATCH", f"{self._repo()}/issues/comments/{comment_id}", json={"body": body})
+
     def close(self, number: int) -> None:
         self._call("PATCH", f"{self._repo()}/pulls/{number}", json={"state": "closed"})
 
@@ -179,6 +200,12 @@ class GiteaForge(GitHubForge):
             "Accept": "application/json",
             **({"Authorization": f"token {token}"} if token else {}),
         }
+
+    def comments(self, number: int) -> list[Comment]:
+        """The comments of pull request ``number``: Gitea's issue comments list takes only
+        ``since``/``before`` and answers every comment at once."""
+        found = self._call("GET", f"{self._repo()}/issues/{number}/comments")
+        return [Comment(id=int(c["id"]), body=str(c.get("body") or "")) for c in found or []]
 
     def find_open(self, head: str) -> PullRequest | None:
         page = 1
@@ -242,6 +269,33 @@ class GitLabForge(_Http):
 
     def comment(self, number: int, body: str) -> None:
         self._call("POST", f"{self._mrs()}/{number}/notes", json={"body": body})
+
+    def comments(self, number: int) -> list[Comment]:
+        """The notes of merge request ``number`` written by people or tools (system notes,
+        such as "added 1 commit", left out), oldest first."""
+        out: list[Comment] = []
+        for page in range(1, MAX_PAGES + 1):
+            found = self._call(
+                "GET",
+                f"{self._mrs()}/{number}/notes",
+                params={
+                    "per_page": PER_PAGE,
+                    "page": page,
+                    "sort": "asc",
+                    "order_by": "created_at",
+                },
+            )
+            out += [
+                Comment(id=int(n["id"]), body=str(n.get("body") or ""))
+                for n in found or []
+                if not n.get("system")
+            ]
+            if not found or len(found) < PER_PAGE:
+                break
+        return out
+
+    def update_comment(self, number: int, comment_id: int, body: str) -> None:
+        self._call("PUT", f"{self._mrs()}/{number}/notes/{comment_id}", json={"body": body})
 
     def close(self, number: int) -> None:
         self._call("PUT", f"{self._mrs()}/{number}", json={"state_event": "close"})

@@ -372,3 +372,58 @@ class GitStateRepo:
             self._git("update-ref", f"refs/remotes/origin/{branch}", commit)
         else:
             self._git("update-ref", "-d", f"refs/remotes/origin/{branch}")
+
+    # --- added for recorded observations and impact (new methods; the ones above unchanged)
+
+    def commit_files_on(
+        self,
+        *,
+        parent: str | None,
+        files: Mapping[str, str],
+        message: str,
+        trailers: Mapping[str, str] = {},
+    ) -> str:
+        """Like :meth:`commit_files`, but ``parent=None`` makes a root commit holding only
+        ``files`` (the first commit of an orphan branch)."""
+        if parent is not None:
+            return self.commit_files(parent=parent, files=files, message=message, trailers=trailers)
+        fd, index = tempfile.mkstemp(prefix=".index-", dir=self.path / ".git")
+        os.close(fd)
+        os.unlink(index)
+        env = {"GIT_INDEX_FILE": index}
+        try:
+            for path, text in files.items():
+                blob = self._git("hash-object", "-w", "--stdin", stdin=text).strip()
+                self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+            tree = self._git("write-tree", env=env).strip()
+        finally:
+            Path(index).unlink(missing_ok=True)
+        full = message.rstrip() + "\n"
+        if trailers:
+            full += "\n" + format_trailers(trailers) + "\n"
+        name, email = self.author
+        ident = {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+        return self._git("commit-tree", tree, env=ident, stdin=full).strip()
+
+    def resolve(self, ref: str) -> str | None:
+        """The commit ``ref`` names: a branch of the remote, else anything ``git rev-parse``
+        reads in the clone (a commit id, a tag), else fetched from the remote by that name (a
+        pull request's head commit or ``refs/pull/N/head``). None when none of these is one."""
+        for candidate in (f"refs/remotes/origin/{ref}", ref):
+            try:
+                sha = self._git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
+            except GitError:
+                continue
+            if sha.strip():
+                return sha.strip()
+        try:
+            with self._locked():
+                self._git("fetch", "--quiet", "origin", ref)
+            return self._git("rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}").strip()
+        except GitError:
+            return None

@@ -82,6 +82,7 @@ DESIRED_CHANGES = ("desired-state-changed", "webhook")
 def run(args: argparse.Namespace) -> int:
     from reconciler.adapters.http_server import HttpServer, parse_listen
     from reconciler.adapters.status_file import default_state_dir
+    from reconciler.cli import observations
     from reconciler.cli import propose as propose_command
     from reconciler.core.windows import mode_now
     from reconciler.engine import logs, triggers
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
     clock = acting.SystemClock()
     last: list[RoundReport | None] = [None]
+    recorder = observations.Recorder.of(source, state_dir, cluster)
 
     def load_policy() -> BalancePolicy:
         current[0] = source.load()
@@ -143,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             on_plan=metrics.record_observation,
         )
         last[0] = report
+        recorder.after_round(report.snapshot, desired.policy, clock.now())
         return report.status
 
     def propose() -> None:

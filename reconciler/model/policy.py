@@ -27,6 +27,16 @@ Interval = Annotated[
     ),
 ]
 """Between rounds: more than 0 to 7d."""
+RecordEvery = Annotated[
+    Duration,
+    duration_within(
+        timedelta(0),
+        7 * _DAY,
+        above=True,
+        too_short="record.every {value}: give how often to publish what run observes, e.g. 15m",
+    ),
+]
+"""How often run publishes its observation: more than 0 to 7d."""
 Hold = Annotated[
     Duration,
     duration_within(
@@ -175,6 +185,16 @@ class Window(Frozen):
     )
 
 
+class Record(Frozen):
+    """How ``run --repo`` publishes what it observes, for ``reconciler impact`` in CI."""
+
+    every: RecordEvery = Field(
+        default=timedelta(minutes=15),
+        description="Push the latest recorded snapshot to the branch "
+        "reconciler/observed/<cluster> at most this often; more than 0, at most 7d.",
+    )
+
+
 class BalancePolicySpec(Frozen):
     mode: Mode = Field(default=Mode.PROPOSE, description="observe | propose | apply.")
     interval: Interval = Field(
@@ -223,6 +243,10 @@ class BalancePolicySpec(Frozen):
     migration: MigrationTuning = Field(default_factory=MigrationTuning)
     windows: list[Window] | None = Field(
         default=None, description="apply acts only inside these; None = always."
+    )
+    record: Record = Field(
+        default_factory=Record,
+        description="Publishing observations (run --repo) for reconciler impact.",
     )
 
 
