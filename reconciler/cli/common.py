@@ -225,7 +225,8 @@ def add_snapshot_argument(p: argparse.ArgumentParser) -> None:
         "--snapshot",
         type=Path,
         metavar="FILE",
-        help="work offline from a saved snapshot (observe --format json) instead of observing",
+        help="work offline from a saved snapshot (observe --format json) instead of observing "
+        "the hosts (impact: instead of the latest on reconciler/observed/<cluster>)",
     )
 
 
@@ -324,21 +325,19 @@ def add_now_argument(p: argparse.ArgumentParser, what: str, *, decides: str = ""
     )
 
 
-def add_repo_arguments(p: argparse.ArgumentParser) -> None:
+REPO_HELP = (
+    "read the desired state from this git repository (a path, file://, ssh:// or https:// URL); "
+    "PATH is then the cluster folder inside it (default: cluster-state)"
+)
+CACHE_DIR_HELP = "where the clone is kept (default: $XDG_CACHE_HOME/reconciler/<hash of URL>)"
+
+
+def add_repo_arguments(p: argparse.ArgumentParser, *, branch: bool = True) -> None:
     """--repo, --branch, --cache-dir: read the desired state from a git repository."""
-    p.add_argument(
-        "--repo",
-        metavar="URL",
-        help="read the desired state from this git repository (a path, file://, ssh:// or "
-        "https:// URL); PATH is then the cluster folder inside it (default: cluster-state)",
-    )
-    p.add_argument("--branch", default="main", metavar="NAME", help="branch (default: main)")
-    p.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="where the clone is kept (default: $XDG_CACHE_HOME/reconciler/<hash of URL>)",
-    )
+    p.add_argument("--repo", metavar="URL", help=REPO_HELP)
+    if branch:
+        p.add_argument("--branch", default="main", metavar="NAME", help="branch (default: main)")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR", help=CACHE_DIR_HELP)
 
 
 @dataclass(frozen=True)

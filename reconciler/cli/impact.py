@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from reconciler import config
@@ -24,6 +24,8 @@ from reconciler.cli.common import (
     Subparsers,
     add_forge_arguments,
     add_now_argument,
+    add_repo_arguments,
+    add_snapshot_argument,
     check_snapshot_matches,
     forge_of,
     positive_int,
@@ -72,16 +74,10 @@ def register(sub: Subparsers) -> None:
         metavar="PATH",
         help=f"the cluster folder inside the repository (default: {DEFAULT_REPO_FOLDER})",
     )
-    p.add_argument("--repo", required=True, metavar="URL", help="the state repository")
+    add_repo_arguments(p, branch=False)
     p.add_argument("--base", required=True, metavar="REF", help="the revision reviewed against")
     p.add_argument("--head", required=True, metavar="REF", help="the revision under review")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR", help="where the clone is kept")
-    p.add_argument(
-        "--snapshot",
-        type=Path,
-        metavar="FILE",
-        help="plan on this snapshot (default: the latest on reconciler/observed/<cluster>)",
-    )
+    add_snapshot_argument(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     p.add_argument(
         "--since",
@@ -213,6 +209,8 @@ def _post(args: argparse.Namespace, markdown: str, path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.repo:
+        raise ConfigError("impact needs --repo URL", hint="pass the state repository's URL")
     result = compute(args)
     since = format_duration(args.since) if args.since is not None else None
     markdown = impact_report.impact_markdown(result, since=since)
