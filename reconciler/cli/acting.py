@@ -91,7 +91,7 @@ def build_source(args: argparse.Namespace, *, actor: str | None = None) -> Desir
     """The folder, or the state repository's branch with ``--repo``."""
     if getattr(args, "repo", None):
         # imported here: GitPython needs the git binary at import, commands without --repo do not
-        from reconciler.adapters.git_repo import GitStateRepo
+        from reconciler.adapters.git.repo import GitStateRepo
         from reconciler.engine.sources import RepoSource
 
         repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
@@ -105,7 +105,7 @@ def build_source(args: argparse.Namespace, *, actor: str | None = None) -> Desir
             audit_branch=getattr(args, "audit_branch", None),
             display=repo.display_url,
         )
-    from reconciler.adapters.text_file import TextFile
+    from reconciler.adapters.files.text import TextFile
     from reconciler.engine.sources import FolderSource
 
     path = cluster_folder(args.path)
@@ -125,8 +125,8 @@ def build_hold(
     """The hold on ``desired``'s cluster for ``command``, not yet taken."""
     import threading
 
-    from reconciler.adapters.lease_file import FileLease, cluster_lock_path
-    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.adapters.files.lock import FileLease, cluster_lock_path
+    from reconciler.adapters.files.status import default_state_dir
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.triggers import Wakeup
 
@@ -137,7 +137,7 @@ def build_hold(
     if coordination:
         lease = _tooz_lease(coordination, cluster, identity, command)
     elif getattr(args, "repo", None):
-        from reconciler.adapters.lease_git import GitLease
+        from reconciler.adapters.git.lease import GitLease
 
         base = state_dir or getattr(args, "state_dir", None) or default_state_dir()
         lease = GitLease(
@@ -164,7 +164,7 @@ def _identity(command: str) -> str:
 
 
 def _tooz_lease(url: str, cluster: str, identity: str | None, command: str) -> Any:
-    from reconciler.adapters.lease_tooz import ToozLease
+    from reconciler.adapters.etcd.lease import ToozLease
 
     return ToozLease(url, cluster, identity=identity or _identity(command))
 
@@ -191,9 +191,9 @@ def round_ports(
     state_dir: Path | None = None,
 ) -> RoundPorts:
     """The real adapters behind the round's ports; libvirt is imported only here."""
-    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
-    from reconciler.adapters.libvirt_migrator import LibvirtMigrator
-    from reconciler.adapters.libvirt_recorder import LibvirtRecorder
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+    from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+    from reconciler.adapters.libvirt.recorder import LibvirtRecorder
     from reconciler.cli.common import observe_overrides
     from reconciler.engine.round import RoundPorts
 

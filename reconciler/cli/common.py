@@ -12,8 +12,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import config
-from reconciler.adapters import history_file, snapshot_file
-from reconciler.adapters.status_file import FileStatusStore
+from reconciler.adapters.files import history as history_file
+from reconciler.adapters.files import snapshot as snapshot_file
+from reconciler.adapters.files.status import FileStatusStore
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
 from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
@@ -37,7 +38,7 @@ EXIT_SIGTERM = 143
 LAB_DIR = Path(".lab")
 
 if TYPE_CHECKING:
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
@@ -199,7 +200,7 @@ def observe_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def observe_live(cluster: Cluster, **overrides: Any) -> Snapshot:
     """Observe ``cluster`` live; libvirt is imported here: validate and offline plans need none."""
     try:
-        from reconciler.adapters import libvirt_observer
+        from reconciler.adapters.libvirt import observer as libvirt_observer
     except ImportError as err:
         raise TerminalError(
             f"observing the hosts needs the libvirt Python bindings: {err}",
@@ -358,7 +359,7 @@ class StateCheckout:
 def checkout_state(args: argparse.Namespace) -> StateCheckout:
     """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
     # imported here: GitPython needs the git binary at import, commands without --repo do not
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
 
     repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
     repo.fetch()

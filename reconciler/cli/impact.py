@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from reconciler import config
-from reconciler.adapters import snapshot_file
+from reconciler.adapters.files import snapshot as snapshot_file
 from reconciler.cli.common import (
     DEFAULT_REPO_FOLDER,
     EXIT_CHANGES,
@@ -42,7 +42,7 @@ from reconciler.model.snapshot import Snapshot
 from reconciler.report import impact_report
 
 if TYPE_CHECKING:
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
 
 TOKEN_ENV = "RECONCILER_FORGE_TOKEN"
 
@@ -129,7 +129,7 @@ def _load_at(
 def _snapshot(
     args: argparse.Namespace, repo: GitStateRepo, base: DesiredState, head: DesiredState
 ) -> tuple[Snapshot, str]:
-    from reconciler.adapters.observation_store import observed_branch, observed_snapshots
+    from reconciler.adapters.git.observations import observed_branch, observed_snapshots
 
     cluster = head.cluster.metadata.name
     if args.snapshot is not None:
@@ -152,8 +152,8 @@ def _snapshot(
 
 def compute(args: argparse.Namespace) -> Impact:
     """The impact the arguments ask for (no output)."""
-    from reconciler.adapters.git_repo import GitStateRepo
-    from reconciler.adapters.observation_store import observed_snapshots
+    from reconciler.adapters.git.observations import observed_snapshots
+    from reconciler.adapters.git.repo import GitStateRepo
 
     rel = PurePosixPath(args.path or DEFAULT_REPO_FOLDER)
     if rel.is_absolute() or ".." in rel.parts:
@@ -185,7 +185,7 @@ def compute(args: argparse.Namespace) -> Impact:
 
 
 def _post(args: argparse.Namespace, markdown: str, path: str) -> str:
-    from reconciler.adapters.forges import open_forge
+    from reconciler.adapters.forges.clients import open_forge
     from reconciler.cli.propose import project_of
     from reconciler.engine.comments import upsert_comment
 

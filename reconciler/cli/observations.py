@@ -11,8 +11,8 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.git_repo import GitStateRepo
-from reconciler.adapters.observation_store import ObservationStore, push_snapshot, pushed_at
+from reconciler.adapters.git.observations import ObservationStore, push_snapshot, pushed_at
+from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.errors import ReconcilerError
 from reconciler.model.policy import BalancePolicy
 from reconciler.model.snapshot import Snapshot

@@ -80,8 +80,8 @@ DESIRED_CHANGES = ("desired-state-changed", "webhook")
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.adapters.http_server import HttpServer, parse_listen
-    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.adapters.files.status import default_state_dir
+    from reconciler.adapters.http.server import HttpServer, parse_listen
     from reconciler.cli import observations
     from reconciler.cli import propose as propose_command
     from reconciler.core.windows import mode_now

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reconciler.adapters.forges import GitHubForge, GitLabForge, open_forge
+from reconciler.adapters.forges.clients import GitHubForge, GitLabForge, open_forge
 from reconciler.errors import ForgeError, ForgeUnavailable
 from tests.forges.servers import TOKEN, FakeForge, GiteaServer, GitHubServer, GitLabServer, serving
 

@@ -161,8 +161,8 @@ def test_since_replays_what_run_recorded_on_the_branch(
 ) -> None:
     from datetime import datetime, timedelta
 
-    from reconciler.adapters.git_repo import GitStateRepo
-    from reconciler.adapters.observation_store import push_snapshot
+    from reconciler.adapters.git.observations import push_snapshot
+    from reconciler.adapters.git.repo import GitStateRepo
 
     url, person, _, common = world
     change_policy(person, "patient", "holdRounds: 2 ", "holdRounds: 3 ")

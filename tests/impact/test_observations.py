@@ -9,12 +9,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.adapters.git_repo import GitStateRepo
-from reconciler.adapters.observation_store import (
+from reconciler.adapters.git.observations import (
     ObservationStore,
     observed_branch,
     observed_snapshots,
 )
+from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.cli.observations import Recorder
 from reconciler.core import observations
 from reconciler.model.policy import BalancePolicy

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from reconciler.adapters.git_repo import GitStateRepo
+from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.core import observations
 from reconciler.errors import PushRejected, SnapshotError
 from reconciler.model.snapshot import Snapshot

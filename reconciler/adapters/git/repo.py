@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.git_runner import GitRunner, Remote, detail
+from reconciler.adapters.git.runner import GitRunner, Remote, detail
 from reconciler.errors import GitError, PushRejected, RemoteUnreachable
 from reconciler.model.audit import RepoCommit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import Snapshot
 

@@ -42,7 +42,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease as EtcdLease
 from tooz import ToozError, coordination
 
-from reconciler.adapters.lease_git import LEASE_DURATION, RENEW_DEADLINE, default_identity
+from reconciler.adapters.git.lease import LEASE_DURATION, RENEW_DEADLINE, default_identity
 from reconciler.errors import TerminalError, TransientError
 
 TIMEOUT = 5.0

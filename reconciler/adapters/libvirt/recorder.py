@@ -13,17 +13,17 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.domain_metadata import (
-    METADATA_KEY,
-    METADATA_NS,
-    parse_metadata,
-    render_metadata,
-)
-from reconciler.adapters.libvirt_connection import (
+from reconciler.adapters.libvirt.connection import (
     ConnectionSettings,
     close_connection,
     map_error,
     open_connection,
+)
+from reconciler.adapters.libvirt.domain_metadata import (
+    METADATA_KEY,
+    METADATA_NS,
+    parse_metadata,
+    render_metadata,
 )
 from reconciler.errors import ConfigError
 from reconciler.model.cluster import Cluster

@@ -33,8 +33,8 @@ from typing import Final
 
 import libvirt
 
-from reconciler.adapters.libvirt_connection import ensure_event_loop
-from reconciler.adapters.libvirt_observe_host import (
+from reconciler.adapters.libvirt.connection import ensure_event_loop
+from reconciler.adapters.libvirt.observe_host import (
     Abandoned,
     Probe,
     ProbeSettings,
@@ -179,7 +179,7 @@ def _one_malloc_arena() -> None:
 
 
 def child_main() -> None:
-    """Run as ``python -m reconciler.adapters.libvirt_observe_pool`` by the observer.
+    """Run as ``python -m reconciler.adapters.libvirt.observe_pool`` by the observer.
 
     Reads ``(hosts, settings, threads)`` pickled on stdin, writes the results pickled on
     stdout, and exits at once: threads stuck in a hung host's call must not hold it open.

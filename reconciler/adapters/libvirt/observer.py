@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from reconciler.adapters.domain_xml import passthrough_blocker
-from reconciler.adapters.libvirt_observe_host import ProbeSettings, RawHost
-from reconciler.adapters.libvirt_observe_pool import observe_hosts
-from reconciler.adapters.libvirt_observe_result import HostResult, host_result
+from reconciler.adapters.libvirt.domain_xml import passthrough_blocker
+from reconciler.adapters.libvirt.observe_host import ProbeSettings, RawHost
+from reconciler.adapters.libvirt.observe_pool import observe_hosts
+from reconciler.adapters.libvirt.observe_result import HostResult, host_result
 from reconciler.errors import ConfigError
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import (
@@ -186,7 +186,7 @@ def _fan_out(
         subprocess.Popen(
             # -P: not the working directory first on sys.path, where ``-m`` would put it: the
             # worker imports this very package, from PYTHONPATH, whatever the directory holds
-            [sys.executable, "-P", "-m", "reconciler.adapters.libvirt_observe_pool"],
+            [sys.executable, "-P", "-m", "reconciler.adapters.libvirt.observe_pool"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.adapters.git_runner import GitRunner, Remote, detail
+from reconciler.adapters.git.runner import GitRunner, Remote, detail
 from reconciler.errors import GitError, TerminalError, TransientError
 
 LEASE_DURATION = 15.0

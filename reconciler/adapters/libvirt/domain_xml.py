@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from reconciler.adapters.domain_metadata import (
+from reconciler.adapters.libvirt.domain_metadata import (
     DomainMetadata,
     no_metadata,
     parse_metadata_element,

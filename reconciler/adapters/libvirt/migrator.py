@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import libvirt
 
-from reconciler.adapters.libvirt_connection import (
+from reconciler.adapters.libvirt.connection import (
     ConnectionSettings,
     close_connection,
     is_no_domain,

@@ -10,7 +10,7 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from reconciler.adapters.libvirt_observe_host import RawHost, RawVm
+from reconciler.adapters.libvirt.observe_host import RawHost, RawVm
 from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName
 from reconciler.model.snapshot import (

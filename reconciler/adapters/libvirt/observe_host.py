@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
-from reconciler.adapters.domain_xml import read_domains
+from reconciler.adapters.libvirt.domain_xml import read_domains
 from reconciler.errors import HostTimeout, HostUnreachable
 from reconciler.model.snapshot import ReconcilerState, Unmigratable
 
