@@ -12,12 +12,15 @@ and keeps each domain's reconciler record. Faults are injected by name:
 - ``on_migrate``: a hook run while a migration is in progress (to inject faults mid-move).
 
 Every migration is logged in ``migrations`` with the moves running at its start, so tests can
-check that no limit was ever exceeded.
+check that no limit was ever exceeded. ``host_calls`` counts the calls each host answered (one
+per host observed, one per record, one on each end of a migration), ``observations`` the
+observer's calls.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -103,6 +106,7 @@ class FakeCluster:
         self.max_running = 0
         self.records: list[tuple[str, str, ReconcilerState]] = []
         self.observations = 0
+        self.host_calls: Counter[str] = Counter()
         self._fail: dict[str, str] = {}
         self._lie: set[str] = set()
         self.on_migrate: Callable[[Move], None] | None = None
@@ -157,6 +161,7 @@ class FakeCluster:
         with self.lock:
             self.observations += 1
             wanted = [self.hosts[h] for h in hosts if h in self.hosts]
+            self.host_calls.update(h.name for h in wanted)
             up = {h.name for h in wanted if h.reachable}
             return Snapshot(
                 cluster=self.name,
@@ -179,6 +184,7 @@ class FakeCluster:
         uuid: str | None = None,
     ) -> MigrationResult:
         with self.lock:
+            self.host_calls.update((move.source, move.target))
             self.migrations.append((move, list(self.running)))
             self.running.append(move)
             self.max_running = max(self.max_running, len(self.running))
@@ -236,6 +242,7 @@ class FakeCluster:
         self, host: str, vm: str, state: ReconcilerState, *, uuid: str | None = None
     ) -> None:
         with self.lock:
+            self.host_calls[host] += 1
             v = self.vms.get(vm)
             if v is not None and uuid is not None and uuid != f"uuid-{v.name}":
                 raise HostUnreachable(f"no domain with UUID {uuid} on {host}")

@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from reconciler.core.admission import Verdict, admit
+from reconciler.core.admission import Admission, Verdict, admit
 from reconciler.engine.ports import (
     Clock,
     DomainRecorder,
@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 """How often the queue wakes while migrations run, to notice a stop request."""
+FRESH_FOR = timedelta(seconds=10)
+"""An observation this recent admits the first wave without a second look at its hosts; an
+older one (a person took time to confirm the plan) is looked at again like any later pass."""
 
 
 Gate = Callable[[], "str | None"]
@@ -118,6 +121,7 @@ class Execution:
         self.results: dict[str, MoveResult] = {}
         self.started_at: dict[str, datetime] = {}
         self._waiting: dict[str, str] = {}
+        self._first_pass = True
 
     def run(self) -> list[MoveResult]:
         order = [m.vm for m in self.pending]
@@ -155,23 +159,46 @@ class Execution:
 
     # --- admission ------------------------------------------------------------------------
 
-    def _fresh(self, hosts: set[HostName]) -> Snapshot:
+    def _fresh(self, hosts: set[HostName]) -> None:
         try:
             fresh = self.ports.observer.observe_hosts(sorted(hosts))
         except ReconcilerError as err:
             log.warning("fresh look at %s failed: %s", ", ".join(sorted(hosts)), err)
-            return self.snapshot
+            return
         self.snapshot = merged(self.snapshot, fresh)
-        return self.snapshot
 
     def _admitted(self, running: list[Move]) -> list[Move]:
-        """Pending moves that may start now; stale ones are skipped on the way."""
+        """Pending moves that may start now; stale ones are skipped on the way.
+
+        The pending moves are judged against the working snapshot first; the two hosts of
+        each move that would start are then looked at afresh and every pending move judged
+        again, until every move to start has had its hosts looked at in this pass. Only the
+        first pass, right after the round's own observation, starts without a second look.
+        """
         if not self.pending:
             return []
-        hosts = {h for m in self.pending for h in (m.source, m.target)}
-        hosts |= {h for m in running for h in (m.source, m.target)}
-        snapshot = self._fresh(hosts)
-        verdicts = admit(self.desired, snapshot, self.pending, running, self.ports.clock.now())
+        verdicts = self._judge(running)
+        if self._first_pass_fresh():
+            return self._settle(verdicts)
+        looked: set[HostName] = set()
+        while True:
+            hosts = {h for a in verdicts if a.verdict is Verdict.ADMIT for h in _ends(a.move)}
+            if hosts <= looked:
+                return self._settle(verdicts)
+            looked |= hosts
+            self._fresh(hosts)
+            verdicts = self._judge(running)
+
+    def _first_pass_fresh(self) -> bool:
+        """The first pass, on an observation taken within ``FRESH_FOR``: no second look."""
+        first, self._first_pass = self._first_pass, False
+        return first and self.ports.clock.now() - self.snapshot.taken_at <= FRESH_FOR
+
+    def _judge(self, running: list[Move]) -> list[Admission]:
+        return admit(self.desired, self.snapshot, self.pending, running, self.ports.clock.now())
+
+    def _settle(self, verdicts: list[Admission]) -> list[Move]:
+        """Skip the stale moves, keep the waiting ones pending; the admitted ones to start."""
         start: list[Move] = []
         keep: list[Move] = []
         for a in verdicts:
@@ -348,6 +375,10 @@ class Execution:
         )
         self.results[m.vm] = result
         self.on_event(Event("skip", m, result=result))
+
+
+def _ends(m: Move) -> tuple[HostName, HostName]:
+    return m.source, m.target
 
 
 def _first_per_vm(moves: Sequence[Move]) -> list[Move]:
