@@ -25,6 +25,7 @@ from reconciler.cli.common import DEFAULT_REPO_FOLDER, cluster_folder, status_st
 from reconciler.errors import TerminalError
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan, Reason
+from reconciler.model.policy import Basis
 
 if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
     from reconciler.engine.leadership import LeaseKeeper
@@ -199,8 +200,12 @@ def round_ports(
 
     if state_dir is not None:
         args = argparse.Namespace(**{**vars(args), "state_dir": state_dir})
+    overrides = observe_overrides(args)
+    if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
+        # on basis allocated no decision reads a CPU reading: no pause for a second sample
+        overrides["sample_interval"] = 0
     return RoundPorts(
-        observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
+        observer=LibvirtClusterObserver(desired.cluster, **overrides),
         migrator=LibvirtMigrator(desired),
         recorder=LibvirtRecorder(desired.cluster),
         status=status_store(args, desired.cluster.metadata.name),
