@@ -11,11 +11,12 @@ itself (its name and hosts), so two state directories on one machine cannot both
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,6 +184,7 @@ def take_hold(keeper: LeaseKeeper, cluster: str, timeout: float) -> None:
     )
 
 
+@contextlib.contextmanager
 def round_ports(
     args: argparse.Namespace,
     desired: DesiredState,
@@ -190,10 +192,18 @@ def round_ports(
     source: DesiredSource | None,
     hold: Hold | None,
     state_dir: Path | None = None,
-) -> RoundPorts:
-    """The real adapters behind the round's ports; libvirt is imported only here."""
+) -> Iterator[RoundPorts]:
+    """The real adapters behind the round's ports; libvirt is imported only here.
+
+    The observer, the migrator and the recorder share one connection per host, opened on
+    first use and closed when the ``with`` block ends (the command, or one round of ``run``).
+    """
     from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+    from reconciler.adapters.libvirt.connection import ConnectionSettings
     from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+    from reconciler.adapters.libvirt.observe_host import KEEPALIVE_COUNT
+    from reconciler.adapters.libvirt.observer import observe_settings
+    from reconciler.adapters.libvirt.pool import ConnectionPool
     from reconciler.adapters.libvirt.recorder import LibvirtRecorder
     from reconciler.cli.common import observe_overrides
     from reconciler.engine.round import RoundPorts
@@ -204,15 +214,30 @@ def round_ports(
     if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
         # on basis allocated no decision reads a CPU reading: no pause for a second sample
         overrides["sample_interval"] = 0
-    return RoundPorts(
-        observer=LibvirtClusterObserver(desired.cluster, **overrides),
-        migrator=LibvirtMigrator(desired),
-        recorder=LibvirtRecorder(desired.cluster),
-        status=status_store(args, desired.cluster.metadata.name),
-        clock=SystemClock(),
-        source=source,
-        hold=hold,
+    observe = observe_settings(
+        desired.cluster,
+        **{k: v for k, v in overrides.items() if k in ("connect_timeout", "call_timeout")},
     )
+    # the observer's timeouts for every connection: keepalive fails a call on a host that
+    # stopped answering within about the call timeout, as the observer's own connections do
+    settings = ConnectionSettings(
+        connect_timeout=observe.connect_timeout,
+        keepalive_interval=max(1, round(observe.call_timeout / (KEEPALIVE_COUNT + 1))),
+        keepalive_count=KEEPALIVE_COUNT,
+    )
+    pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
+    try:
+        yield RoundPorts(
+            observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+            migrator=LibvirtMigrator(desired, connection=settings, pool=pool),
+            recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
+            status=status_store(args, desired.cluster.metadata.name),
+            clock=SystemClock(),
+            source=source,
+            hold=hold,
+        )
+    finally:
+        pool.close()
 
 
 def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:

@@ -142,27 +142,27 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
         acting.take_hold(keeper, name, args.lock_timeout)
     try:
         with signals.installed():
-            ports = acting.round_ports(args, desired, source=source, hold=keeper)
-            try:
-                report = run_round(
-                    desired,
-                    ports,
-                    act=True,
-                    holds=not args.dry_run,
-                    trigger="manual",
-                    revision=loaded.revision,
-                    audit_trigger=_trigger(args, loaded.merge),
-                    confirm=lambda plan: _confirm(args, plan, signals),
-                    stop=signals.stop,
-                    abort=signals.abort,
-                    on_event=view.event,
-                    on_plan=view.plan,
-                )
-            except (ReconcilerError, KeyboardInterrupt):
-                view.close()
-                if signals.received == signal.SIGTERM:
-                    return EXIT_SIGTERM, 0, 0
-                raise
+            with acting.round_ports(args, desired, source=source, hold=keeper) as ports:
+                try:
+                    report = run_round(
+                        desired,
+                        ports,
+                        act=True,
+                        holds=not args.dry_run,
+                        trigger="manual",
+                        revision=loaded.revision,
+                        audit_trigger=_trigger(args, loaded.merge),
+                        confirm=lambda plan: _confirm(args, plan, signals),
+                        stop=signals.stop,
+                        abort=signals.abort,
+                        on_event=view.event,
+                        on_plan=view.plan,
+                    )
+                except (ReconcilerError, KeyboardInterrupt):
+                    view.close()
+                    if signals.received == signal.SIGTERM:
+                        return EXIT_SIGTERM, 0, 0
+                    raise
             view.close()
     finally:
         if keeper is not None:

@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     def run_one(trigger: str, act: bool) -> ReconcileStatus:
         loaded = current[0]
         desired = loaded.desired
-        ports = acting.round_ports(args, desired, source=source, hold=keeper, state_dir=state_dir)
 
         def window() -> str | None:
             if mode_now(desired.policy, clock.now()) is Mode.APPLY:
@@ -130,20 +129,23 @@ def run(args: argparse.Namespace) -> int:
 
         changed = any(t in trigger.split("+") for t in DESIRED_CHANGES)
         last[0] = None
-        report = run_round(
-            desired,
-            ports,
-            act=act,
-            holds=True,
-            trigger=trigger,
-            revision=loaded.revision,
-            audit_trigger=acting.audit_trigger(trigger, merge=changed),
-            confirm=lambda plan: keeper.confirm(),
-            gate=window,
-            stop=stop,
-            abort=abort,
-            on_plan=metrics.record_observation,
-        )
+        with acting.round_ports(
+            args, desired, source=source, hold=keeper, state_dir=state_dir
+        ) as ports:
+            report = run_round(
+                desired,
+                ports,
+                act=act,
+                holds=True,
+                trigger=trigger,
+                revision=loaded.revision,
+                audit_trigger=acting.audit_trigger(trigger, merge=changed),
+                confirm=lambda plan: keeper.confirm(),
+                gate=window,
+                stop=stop,
+                abort=abort,
+                on_plan=metrics.record_observation,
+            )
         last[0] = report
         recorder.after_round(report.snapshot, desired.policy, clock.now())
         return report.status

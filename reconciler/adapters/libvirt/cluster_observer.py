@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reconciler.adapters.libvirt.observer import observe_cluster
+from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import Snapshot
 
@@ -14,12 +15,17 @@ class LibvirtClusterObserver:
     """``observe()`` every host; ``observe_hosts()`` only the two ends of a move.
 
     A fresh look skips the CPU sampling pause: admission needs where VMs run, their state
-    and the hosts' capacity, not a new CPU reading.
+    and the hosts' capacity, not a new CPU reading. With a ``pool`` both go over the
+    command's open connections (see ``libvirt_pool``).
     """
 
-    def __init__(self, cluster: Cluster, **overrides: Any) -> None:
+    def __init__(
+        self, cluster: Cluster, *, pool: ConnectionPool | None = None, **overrides: Any
+    ) -> None:
         self.cluster = cluster
         self.overrides = overrides
+        if pool is not None:
+            self.overrides["borrow"] = pool.get
 
     def observe(self) -> Snapshot:
         return observe_cluster(self.cluster, **self.overrides)

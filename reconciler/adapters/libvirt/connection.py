@@ -122,6 +122,15 @@ def close_connection(conn: Any) -> None:
             conn.close()
 
 
+def is_broken(err: libvirt.libvirtError) -> bool:
+    """Whether ``err`` says the connection itself failed (not the call on a live one)."""
+    return err.get_error_code() in (
+        libvirt.VIR_ERR_INVALID_CONN,
+        libvirt.VIR_ERR_RPC,
+        libvirt.VIR_ERR_NO_CONNECT,
+    )
+
+
 def is_no_domain(err: libvirt.libvirtError) -> bool:
     return bool(err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN)
 

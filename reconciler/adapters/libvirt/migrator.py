@@ -33,13 +33,9 @@ from typing import Any, Final
 
 import libvirt
 
-from reconciler.adapters.libvirt.connection import (
-    ConnectionSettings,
-    close_connection,
-    is_no_domain,
-    open_connection,
-)
-from reconciler.errors import ConfigError, HostTimeout, HostUnreachable
+from reconciler.adapters.libvirt.connection import ConnectionSettings, is_no_domain
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, ReconcilerError
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
@@ -161,8 +157,26 @@ def _look(conn: Any, uuid: str) -> _Seen:
         return _Seen(error=str(err))
 
 
+def _look_on(pool: ConnectionPool, host: str, uuid: str) -> _Seen:
+    """``_look`` over the host's pooled connection, on a new one if that one broke."""
+    for _ in range(2):
+        try:
+            conn = pool.get(host)
+        except ReconcilerError as err:
+            return _Seen(error=str(err))
+        seen = _look(conn, uuid)
+        if seen.error is None or pool.alive(conn):
+            return seen
+        pool.broken(host, conn)
+    return seen
+
+
 class LibvirtMigrator:
-    """``Migrator`` for libvirt: one verified peer-to-peer live migration per ``migrate``."""
+    """``Migrator`` for libvirt: one verified peer-to-peer live migration per ``migrate``.
+
+    Over the command's open connections (``pool``); built without a pool, each migration
+    opens its own two connections and closes them afterwards.
+    """
 
     def __init__(
         self,
@@ -171,9 +185,11 @@ class LibvirtMigrator:
         connection: ConnectionSettings | None = None,
         poll_interval: float = 0.2,
         settle_timeout: float = 60.0,
+        pool: ConnectionPool | None = None,
     ) -> None:
         self.desired = desired
         self.connection = connection or ConnectionSettings()
+        self.pool = pool
         self.poll_interval = poll_interval
         self.settle_timeout = settle_timeout
         """After an abort, how long to wait for libvirt to end the job before looking anyway."""
@@ -201,37 +217,53 @@ class LibvirtMigrator:
         With ``uuid`` the domain is found by it (a name can be reused by another domain)."""
         began = time.monotonic()
         source, target = self._host(move.source), self._host(move.target)
-        src = open_connection(source.uri, self.connection)  # raises: nothing started yet
-        dst: Any = None
+        pool = self.pool or ConnectionPool(
+            {source.name: source.uri, target.name: target.uri}, self.connection
+        )
         try:
-            try:
-                dom = src.lookupByUUIDString(uuid) if uuid else src.lookupByName(move.vm)
-                found: str = dom.UUIDString()
-                memory = move.memory or int(dom.maxMemory()) * 1024
-            except libvirt.libvirtError as err:
-                return self._refused(move, began, f"{move.vm} not found on {source.name}: {err}")
-            try:
-                dst = open_connection(target.uri, self.connection)
-            except (HostUnreachable, HostTimeout) as err:
-                # Migrating to a host we cannot look at would leave the outcome unknowable.
-                refused = f"not started, target {target.name} unreachable: {err}"
-                return self._verify(move, began, src, None, found, _Job(), refused)
-            job = self._run(
-                move, dom, migration_call(self.desired, target), memory, on_progress, abort
-            )
-            error: str | None = None
-            if job.abort_reason is not None:
-                error = f"aborted: {job.abort_reason}"
-                if job.abort_error:
-                    error += f" (abortJob: {job.abort_error})"
-            if job.error is not None:
-                error = f"{error}; libvirt: {job.error}" if error else f"libvirt: {job.error}"
-            if job.abandoned:
-                error = f"{error}; libvirt had not ended the job after {self.settle_timeout:g}s"
-            return self._verify(move, began, src, dst, found, job, error)
+            return self._migrate(move, began, pool, source, target, on_progress, abort, uuid)
         finally:
-            close_connection(dst)
-            close_connection(src)
+            if pool is not self.pool:
+                pool.close()
+
+    def _migrate(
+        self,
+        move: Move,
+        began: float,
+        pool: ConnectionPool,
+        source: Host,
+        target: Host,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+        uuid: str | None,
+    ) -> MigrationResult:
+        pool.get(source.name)  # raises: nothing started yet
+        try:
+            dom = pool.call(
+                source.name,
+                lambda c: c.lookupByUUIDString(uuid) if uuid else c.lookupByName(move.vm),
+            )
+            found: str = dom.UUIDString()
+            memory = move.memory or int(dom.maxMemory()) * 1024
+        except libvirt.libvirtError as err:
+            return self._refused(move, began, f"{move.vm} not found on {source.name}: {err}")
+        try:
+            pool.get(target.name)
+        except (HostUnreachable, HostTimeout) as err:
+            # Migrating to a host we cannot look at would leave the outcome unknowable.
+            refused = f"not started, target {target.name} unreachable: {err}"
+            return self._verify(move, began, pool, found, _Job(), refused, target_known=False)
+        job = self._run(move, dom, migration_call(self.desired, target), memory, on_progress, abort)
+        error: str | None = None
+        if job.abort_reason is not None:
+            error = f"aborted: {job.abort_reason}"
+            if job.abort_error:
+                error += f" (abortJob: {job.abort_error})"
+        if job.error is not None:
+            error = f"{error}; libvirt: {job.error}" if error else f"libvirt: {job.error}"
+        if job.abandoned:
+            error = f"{error}; libvirt had not ended the job after {self.settle_timeout:g}s"
+        return self._verify(move, began, pool, found, job, error)
 
     def _refused(self, move: Move, began: float, error: str) -> MigrationResult:
         return MigrationResult(
@@ -358,14 +390,18 @@ class LibvirtMigrator:
         self,
         move: Move,
         began: float,
-        src: Any,
-        dst: Any,
+        pool: ConnectionPool,
         uuid: str,
         job: _Job,
         error: str | None,
+        *,
+        target_known: bool = True,
     ) -> MigrationResult:
         notes: list[str] = []
-        at_source, at_target = _look(src, uuid), _look(dst, uuid)
+        at_source = _look_on(pool, move.source, uuid)
+        at_target = (
+            _look_on(pool, move.target, uuid) if target_known else _Seen(error="not connected")
+        )
         if at_target.error is not None:
             notes.append(f"could not look at target {move.target}: {at_target.error}")
         if at_source.error is not None:
@@ -376,11 +412,11 @@ class LibvirtMigrator:
             and at_target.error is None
             and not at_target.active
         ):
-            notes.append(self._resume(src, uuid, move))
-            at_source = _look(src, uuid)
+            notes.append(self._resume(pool, uuid, move))
+            at_source = _look_on(pool, move.source, uuid)
         if at_target.running and at_target.persistent and at_source.exists and not at_source.active:
-            notes.append(self._undefine_leftover(src, uuid, move))
-            at_source = _look(src, uuid)
+            notes.append(self._undefine_leftover(pool, uuid, move))
+            at_source = _look_on(pool, move.source, uuid)
         running_on = [
             h for h, s in ((move.source, at_source), (move.target, at_target)) if s.running
         ]
@@ -402,7 +438,7 @@ class LibvirtMigrator:
             if not error:
                 error = "the migration ended without the VM running on the target only"
             error = "; ".join([error, *notes])
-        downtime, data = self._figures(dst, uuid, job, succeeded)
+        downtime, data = self._figures(pool, move.target, uuid, job, succeeded)
         result = MigrationResult(
             vm=move.vm,
             source=move.source,
@@ -430,10 +466,10 @@ class LibvirtMigrator:
         return result
 
     @staticmethod
-    def _resume(src: Any, uuid: str, move: Move) -> str:
+    def _resume(pool: ConnectionPool, uuid: str, move: Move) -> str:
         try:
-            src.lookupByUUIDString(uuid).resume()
-        except libvirt.libvirtError as err:
+            pool.call(move.source, lambda c: c.lookupByUUIDString(uuid).resume())
+        except (libvirt.libvirtError, ReconcilerError) as err:
             log.error(
                 "%s: left paused on %s and could not be resumed: %s", move.vm, move.source, err
             )
@@ -442,26 +478,30 @@ class LibvirtMigrator:
         return f"was left paused on {move.source} and has been resumed there"
 
     @staticmethod
-    def _undefine_leftover(src: Any, uuid: str, move: Move) -> str:
+    def _undefine_leftover(pool: ConnectionPool, uuid: str, move: Move) -> str:
         try:
-            src.lookupByUUIDString(uuid).undefine()
-        except libvirt.libvirtError as err:
+            pool.call(move.source, lambda c: c.lookupByUUIDString(uuid).undefine())
+        except (libvirt.libvirtError, ReconcilerError) as err:
             return f"its old definition on {move.source} could not be removed: {err}"
         log.warning("%s: removed its leftover definition on %s", move.vm, move.source)
         return f"removed its leftover definition on {move.source}"
 
     @staticmethod
     def _figures(
-        dst: Any, uuid: str, job: _Job, succeeded: bool
+        pool: ConnectionPool, target: str, uuid: str, job: _Job, succeeded: bool
     ) -> tuple[float | None, int | None]:
         """Downtime and bytes sent: the target's completed job, else the last reading."""
         stats = job.last
-        if succeeded and dst is not None:
-            with contextlib.suppress(libvirt.libvirtError):
-                done = dst.lookupByUUIDString(uuid).jobStats(
-                    # KEEP: reading them would otherwise discard them for everyone else
-                    libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED
-                    | libvirt.VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED
+        if succeeded:
+            with contextlib.suppress(libvirt.libvirtError, ReconcilerError):
+                done = (
+                    pool.get(target)
+                    .lookupByUUIDString(uuid)
+                    .jobStats(
+                        # KEEP: reading them would otherwise discard them for everyone else
+                        libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED
+                        | libvirt.VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED
+                    )
                 )
                 if done.get("type", libvirt.VIR_DOMAIN_JOB_NONE) != libvirt.VIR_DOMAIN_JOB_NONE:
                     stats = done

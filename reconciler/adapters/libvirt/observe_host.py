@@ -93,6 +93,9 @@ class Probe:
     """Midpoint of the first ``getAllDomainStats`` (monotonic), the start of the CPU interval."""
     one_sample: bool = False
     """A second CPU sample would only repeat the first (``repeats_first_sample``): not taken."""
+    borrow: Callable[[], Any] | None = None
+    """Gives the host's connection from the command's pool instead of opening one; a borrowed
+    connection is left open when the observation ends."""
     host: dict[str, Any] = field(default_factory=dict)
     cpu_first: dict[str, int] = field(default_factory=dict)
     vms: list[_Vm] = field(default_factory=list)
@@ -121,7 +124,7 @@ class Probe:
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
-        if conn is not None:
+        if conn is not None and self.borrow is None:
             with contextlib.suppress(libvirt.libvirtError):
                 conn.close()
 
@@ -164,9 +167,12 @@ def _is_remote(uri: str) -> bool:
 def first_sweep(probe: Probe) -> None:
     """Open the connection and take the first sample of everything (the connection stays open)."""
     s = probe.settings
-    probe.conn = probe.call("open", libvirt.open, probe.uri, limit=s.connect_timeout)
+    if probe.borrow is not None:
+        probe.conn = probe.call("open", probe.borrow, limit=s.connect_timeout)
+    else:
+        probe.conn = probe.call("open", libvirt.open, probe.uri, limit=s.connect_timeout)
     conn = probe.conn
-    if _is_remote(probe.uri):
+    if probe.borrow is None and _is_remote(probe.uri):
         # libvirt's own dead-peer detection: a host that stops answering fails its calls
         interval = max(1, round(s.call_timeout / (KEEPALIVE_COUNT + 1)))
         with contextlib.suppress(libvirt.libvirtError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import heapq
 import os
@@ -29,7 +30,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import libvirt
 
@@ -144,11 +146,16 @@ class _Pool:
 
 
 def observe_hosts(
-    hosts: list[tuple[str, str]], settings: ProbeSettings, threads: int
+    hosts: list[tuple[str, str]],
+    settings: ProbeSettings,
+    threads: int,
+    borrow: Callable[[str], Any] | None = None,
 ) -> list[RawHost]:
     """Observe ``hosts`` (name, URI) with up to ``threads`` threads; results in the same order.
 
-    A thread per host that answers over a socket, and one for all in-process ones.
+    A thread per host that answers over a socket, and one for all in-process ones. With
+    ``borrow`` (host name -> open connection, e.g. a ``ConnectionPool``'s ``get``) the hosts
+    are observed over those connections, which stay open.
     """
     if not hosts:
         return []
@@ -156,7 +163,15 @@ def observe_hosts(
     waiting = sum(1 for _, uri in hosts if not in_process(uri))
     if waiting:
         ensure_event_loop()  # keepalive on connections over a socket needs it
-    probes = [Probe(name=name, uri=uri, settings=settings) for name, uri in hosts]
+    probes = [
+        Probe(
+            name=name,
+            uri=uri,
+            settings=settings,
+            borrow=None if borrow is None else functools.partial(borrow, name),
+        )
+        for name, uri in hosts
+    ]
     pool = _Pool(probes, settings.sample_interval)
     return pool.watch(max(1, min(threads, waiting + 1)))
 

@@ -19,11 +19,11 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from reconciler.adapters.libvirt.domain_xml import passthrough_blocker
 from reconciler.adapters.libvirt.observe_host import ProbeSettings, RawHost
@@ -105,6 +105,7 @@ def observe_cluster(
     concurrency: int | None = None,
     processes: int | None = None,
     now: datetime | None = None,
+    borrow: Callable[[str], Any] | None = None,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``.
 
@@ -114,7 +115,10 @@ def observe_cluster(
     counted while waiting for the host's answer only; a host past one is reported unreachable
     with a timeout error. ``concurrency`` is the number of hosts observed at once, ``processes``
     how many processes share them (default: one per core it may run on, for large clusters).
-    ``now`` is the snapshot's ``takenAt`` (default: the current time).
+    ``now`` is the snapshot's ``takenAt`` (default: the current time). ``borrow`` (host name
+    -> open connection, a ``ConnectionPool``'s ``get``) observes over the command's open
+    connections instead of opening and closing one per host; worker processes of a large
+    cluster cannot share them and open their own.
     """
     s = observe_settings(
         cluster,
@@ -140,7 +144,7 @@ def observe_cluster(
     )
     with _without_cyclic_gc():
         if processes == 1:
-            raw = observe_hosts(hosts, probe, threads)
+            raw = observe_hosts(hosts, probe, threads, borrow)
         else:
             raw = _fan_out(hosts, probe, threads, processes)
         return _snapshot(cluster.metadata.name, [host_result(r) for r in raw], taken_at)

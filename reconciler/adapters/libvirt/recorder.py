@@ -25,17 +25,26 @@ from reconciler.adapters.libvirt.domain_metadata import (
     parse_metadata,
     render_metadata,
 )
+from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.errors import ConfigError
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import ReconcilerState
 
 
 class LibvirtRecorder:
-    """``DomainRecorder`` for libvirt: one connection per record, closed afterwards."""
+    """``DomainRecorder`` for libvirt, over the command's open connections (``pool``); built
+    without a pool, it opens a connection per record and closes it afterwards."""
 
-    def __init__(self, cluster: Cluster, *, connection: ConnectionSettings | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        connection: ConnectionSettings | None = None,
+        pool: ConnectionPool | None = None,
+    ) -> None:
         self.cluster = cluster
         self.connection = connection or ConnectionSettings()
+        self.pool = pool
         self._uris = {h.name: h.uri for h in cluster.spec.hosts}
 
     def record(
@@ -43,26 +52,34 @@ class LibvirtRecorder:
     ) -> None:
         """Set ``state`` on domain ``vm`` (found by ``uuid`` when given) of ``host``;
         HostUnreachable/TerminalError if not."""
-        uri = self._uris.get(host)
-        if uri is None:
+        if host not in self._uris:
             raise ConfigError(
                 f"host {host} is not in cluster {self.cluster.metadata.name}",
                 hint="observe and plan again against the current cluster.yaml",
             )
-        conn = open_connection(uri, self.connection)
-        try:
-            where = f"{vm} on {host}"
+
+        def write(conn: Any) -> None:
+            dom = conn.lookupByUUIDString(uuid) if uuid else conn.lookupByName(vm)
+            scopes = []
+            if dom.isActive():
+                scopes.append(libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            if dom.isPersistent():
+                scopes.append(libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+            for scope in scopes:
+                _rewrite(dom, scope, state)
+
+        if self.pool is not None:
+            pool = self.pool
             try:
-                dom = conn.lookupByUUIDString(uuid) if uuid else conn.lookupByName(vm)
-                scopes = []
-                if dom.isActive():
-                    scopes.append(libvirt.VIR_DOMAIN_AFFECT_LIVE)
-                if dom.isPersistent():
-                    scopes.append(libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-                for scope in scopes:
-                    _rewrite(dom, scope, state)
+                pool.call(host, write)  # a connection that broke is reopened once
             except libvirt.libvirtError as err:
-                raise map_error("recording the move", where, err) from err
+                raise map_error("recording the move", f"{vm} on {host}", err) from err
+            return
+        conn = open_connection(self._uris[host], self.connection)
+        try:
+            write(conn)
+        except libvirt.libvirtError as err:
+            raise map_error("recording the move", f"{vm} on {host}", err) from err
         finally:
             close_connection(conn)
 
