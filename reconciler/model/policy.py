@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
 from reconciler.model.quantity import Duration, Percent, duration_within
+from reconciler.model.recovery import RecoverySpec
 
 _DAY: Final = timedelta(days=1)
 _NEVER_AGAIN: Final = "to never move a VM for balance, give it an exclude rule in rules.yaml"
@@ -221,6 +222,10 @@ class BalancePolicySpec(Frozen):
     migration: MigrationTuning = Field(default_factory=MigrationTuning)
     windows: list[Window] | None = Field(
         default=None, description="apply acts only inside these; None = always."
+    )
+    recovery: RecoverySpec = Field(
+        default_factory=RecoverySpec,
+        description="Dead-host recovery: fence, restart elsewhere, keep room (docs/recovery.md).",
     )
 
     @field_validator("interval")
