@@ -30,7 +30,9 @@ from reconciler.cli.common import (
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
     from reconciler.engine.loop import Loop
+    from reconciler.model.desired import DesiredState
     from reconciler.model.policy import BalancePolicy
+    from reconciler.model.snapshot import Snapshot
     from reconciler.model.status import ReconcileStatus
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,18 @@ def run(args: argparse.Namespace) -> int:
     )
     clock = acting.SystemClock()
     last: list[RoundReport | None] = [None]
+    recovery = acting.build_recovery(
+        first, state_dir=state_dir, source=source, on_fence=metrics.record_fence
+    )
+
+    def recover(
+        desired: DesiredState, snapshot: Snapshot, status: ReconcileStatus
+    ) -> ReconcileStatus:
+        act = desired.policy.spec.mode is Mode.APPLY and keeper.confirm()
+        new: ReconcileStatus = acting.recover(
+            recovery, desired, snapshot, status, act=act, wakeup=wakeup
+        )
+        return new
 
     def load_policy() -> BalancePolicy:
         current[0] = source.load()
@@ -136,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = current[0]
         desired = loaded.desired
         ports = acting.round_ports(args, desired, source=source, hold=keeper, state_dir=state_dir)
+        ports.recovery = recover
 
         def window() -> str | None:
             if mode_now(desired.policy, clock.now()) is Mode.APPLY:
@@ -200,6 +215,15 @@ def run(args: argparse.Namespace) -> int:
                 "state": "failed",
                 "reason": "HoldKeeperFailed",
                 "message": f"the hold on the cluster is no longer kept: {keeper.failure}",
+            }
+        failing = recovery.last.fence_failing
+        if failing:
+            return False, {
+                "state": "failed",
+                "reason": "FenceFailed",
+                "message": "; ".join(f"fencing {h} failed: {d}" for h, d in failing.items())
+                + ": its VMs are not restarted",
+                "hosts": sorted(failing),
             }
         return loop.health.healthy, loop.health.report()
 
