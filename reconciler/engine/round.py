@@ -158,8 +158,7 @@ def _after_moves(snapshot: Snapshot, results: list[MoveResult]) -> Snapshot:
     if not moved:
         return snapshot
     vms = [
-        v.model_copy(update={"host": moved[v.name]}) if v.name in moved else v
-        for v in snapshot.vms
+        v.model_copy(update={"host": moved[v.name]}) if v.name in moved else v for v in snapshot.vms
     ]
     return snapshot.model_copy(update={"vms": vms})
 
