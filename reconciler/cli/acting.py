@@ -31,6 +31,7 @@ from reconciler.model.policy import Basis
 if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.ports import DesiredSource, Hold
+    from reconciler.engine.recovery import Recovery
     from reconciler.engine.round import RoundPorts
     from reconciler.engine.triggers import Wakeup
 
@@ -238,6 +239,61 @@ def round_ports(
         )
     finally:
         pool.close()
+
+
+def build_recovery(
+    desired: DesiredState,
+    *,
+    state_dir: Path | None,
+    source: DesiredSource | None,
+    on_fence: Callable[[str, str], None],
+) -> Recovery:
+    """Dead-host recovery over libvirt, the fence commands and the state directory."""
+    from reconciler.adapters.libvirt.restarter import LibvirtRestarter
+    from reconciler.adapters.processes.fence import CommandFencer
+    from reconciler.adapters.files.recovery import FileRecoveryStore
+    from reconciler.engine.recovery import Recovery, RecoveryPorts
+
+    cluster = desired.cluster.metadata.name
+    ports = RecoveryPorts(
+        fencer=CommandFencer(),
+        restarter=LibvirtRestarter(desired.cluster),
+        store=FileRecoveryStore(cluster, state_dir),
+        clock=SystemClock(),
+        source=source,
+        on_fence=lambda host, outcome: on_fence(host, outcome.value),
+    )
+    return Recovery(cluster, ports)
+
+
+def recover(
+    recovery: Recovery,
+    desired: DesiredState,
+    snapshot: Any,
+    status: Any,
+    *,
+    act: bool,
+    wakeup: Wakeup,
+) -> Any:
+    """One recovery step after a round; wakes the loop when a host's grace or backoff ends."""
+    import logging
+    import threading
+
+    from reconciler.engine.recovery import with_recovered
+    from reconciler.errors import ReconcilerError
+
+    try:
+        report = recovery.step(desired, snapshot, act=act, status=status)
+    except ReconcilerError as err:
+        logging.getLogger(__name__).error("recovery step failed: %s", err)
+        return status
+    now = SystemClock().now()
+    if report.waiting:
+        delay = max(0.5, (min(report.waiting.values()) - now).total_seconds() + 0.1)
+        timer = threading.Timer(delay, wakeup.trigger, args=("recovery",))
+        timer.daemon = True
+        timer.start()
+    return with_recovered(status, report, now)
 
 
 def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:

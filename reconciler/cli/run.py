@@ -28,7 +28,9 @@ from reconciler.cli.common import (
 from reconciler.cli.signals import Signals
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
+    from reconciler.model.desired import DesiredState
     from reconciler.model.policy import BalancePolicy
+    from reconciler.model.snapshot import Snapshot
     from reconciler.model.status import ReconcileStatus
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,18 @@ def run(args: argparse.Namespace) -> int:
     clock = acting.SystemClock()
     last: list[RoundReport | None] = [None]
     recorder = observations.Recorder.of(source, state_dir, cluster)
+    recovery = acting.build_recovery(
+        first, state_dir=state_dir, source=source, on_fence=metrics.record_fence
+    )
+
+    def recover(
+        desired: DesiredState, snapshot: Snapshot, status: ReconcileStatus
+    ) -> ReconcileStatus:
+        act = desired.policy.spec.mode is Mode.APPLY and keeper.confirm()
+        new: ReconcileStatus = acting.recover(
+            recovery, desired, snapshot, status, act=act, wakeup=wakeup
+        )
+        return new
 
     def load_policy() -> BalancePolicy:
         current[0] = source.load()
@@ -132,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         with acting.round_ports(
             args, desired, source=source, hold=keeper, state_dir=state_dir
         ) as ports:
+            ports.recovery = recover
             report = run_round(
                 desired,
                 ports,
@@ -189,6 +204,15 @@ def run(args: argparse.Namespace) -> int:
                 "state": "failed",
                 "reason": "HoldKeeperFailed",
                 "message": f"the hold on the cluster is no longer kept: {keeper.failure}",
+            }
+        failing = recovery.last.fence_failing
+        if failing:
+            return False, {
+                "state": "failed",
+                "reason": "FenceFailed",
+                "message": "; ".join(f"fencing {h} failed: {d}" for h, d in failing.items())
+                + ": its VMs are not restarted",
+                "hosts": sorted(failing),
             }
         return loop.health.healthy, loop.health.report()
 

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
 from reconciler.model.quantity import Duration, Percent, duration_within
+from reconciler.model.recovery import RecoverySpec
 
 _DAY: Final = timedelta(days=1)
 _NEVER_AGAIN: Final = "to never move a VM for balance, give it an exclude rule in rules.yaml"
@@ -247,6 +248,10 @@ class BalancePolicySpec(Frozen):
     record: Record = Field(
         default_factory=Record,
         description="Publishing observations (run --repo) for reconciler impact.",
+    )
+    recovery: RecoverySpec = Field(
+        default_factory=RecoverySpec,
+        description="Dead-host recovery: fence, restart elsewhere, keep room (docs/recovery.md).",
     )
 
 
