@@ -249,9 +249,9 @@ def build_recovery(
     on_fence: Callable[[str, str], None],
 ) -> Recovery:
     """Dead-host recovery over libvirt, the fence commands and the state directory."""
+    from reconciler.adapters.files.recovery import FileRecoveryStore
     from reconciler.adapters.libvirt.restarter import LibvirtRestarter
     from reconciler.adapters.processes.fence import CommandFencer
-    from reconciler.adapters.files.recovery import FileRecoveryStore
     from reconciler.engine.recovery import Recovery, RecoveryPorts
 
     cluster = desired.cluster.metadata.name
