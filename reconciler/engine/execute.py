@@ -78,9 +78,9 @@ def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
     seen = {h.name for h in fresh.hosts}
     hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
     vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
-    counts: dict[str, list[str]] = {}
+    counts: dict[str, set[str]] = {}
     for v in vms:
-        counts.setdefault(v.name, []).append(v.host)
+        counts.setdefault(v.name, set()).add(v.host)
     uuids: dict[str, str] = {v.name: v.uuid for v in vms}
     # a VM seen on two hosts of the merged view is in flight, whoever started the migration
     in_flight = [
@@ -128,6 +128,7 @@ class Execution:
         parallel = max(1, self.desired.policy.spec.parallel.cluster)
         running: dict[Future[MigrationResult], Move] = {}
         changed = True  # limits and room change only when a migration ends
+        rechecked = False
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
             while self.pending or running:
                 closed = self.gate() if self.gate is not None and self.pending else None
@@ -146,6 +147,12 @@ class Execution:
                             continue
                         self._start(pool, running, m)
                 if not running:
+                    if self.pending and not rechecked:
+                        # before giving up, one fresh look at every pending move's hosts: what
+                        # held them (a migration seen in flight) may be over by now
+                        rechecked = changed = True
+                        self._fresh({h for m in self.pending for h in _ends(m)})
+                        continue
                     if self.pending:  # nothing runs and nothing may start: it never will
                         for m, why in self._blocked():
                             self._skip(m, "Blocked", why)
@@ -155,6 +162,7 @@ class Execution:
                 for future in done:
                     self._finish(running.pop(future), future)
                 changed = bool(done)
+                rechecked = rechecked and not done
         return [self.results[vm] for vm in order if vm in self.results]
 
     # --- admission ------------------------------------------------------------------------
@@ -350,9 +358,13 @@ class Execution:
         if not r.running_on:
             return
         host = r.running_on[0]
-        vms = [
-            v.model_copy(update={"host": host}) if v.name == m.vm else v for v in self.snapshot.vms
-        ]
+        vms, seen = [], False
+        for v in self.snapshot.vms:
+            if v.name != m.vm:
+                vms.append(v)
+            elif not seen:  # one sighting, where it runs: a stale copy is no migration
+                vms.append(v.model_copy(update={"host": host}))
+                seen = True
         self.snapshot = self.snapshot.model_copy(update={"vms": vms})
 
     def _skip(self, m: Move, code: str, message: str) -> None:

@@ -75,7 +75,7 @@ def test_apply_balances_the_lab_and_a_second_apply_does_nothing(
     code, out, err = reconciler(
         capsys, "apply", folder, "--yes", "--state-dir", state, "--format", "json"
     )
-    assert code == 0, err
+    assert code == 0, err + out
     status = ReconcileStatus.model_validate_json(out)
     assert status.last_result is not None
     moves = status.last_result.moves
