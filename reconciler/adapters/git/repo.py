@@ -319,12 +319,23 @@ class GitStateRepo:
 
         Built with a private index, so the clone's work tree and index are untouched.
         """
+        return self._commit(parent, files, message, trailers)
+
+    def _commit(
+        self,
+        parent: str | None,
+        files: Mapping[str, str],
+        message: str,
+        trailers: Mapping[str, str],
+    ) -> str:
+        """The commit of ``files`` over ``parent``'s tree (None: a root commit of them alone)."""
         fd, index = tempfile.mkstemp(prefix=".index-", dir=self.path / ".git")
         os.close(fd)
         os.unlink(index)  # git wants to create it
         env = {"GIT_INDEX_FILE": index}
         try:
-            self._git("read-tree", parent, env=env)
+            if parent is not None:
+                self._git("read-tree", parent, env=env)
             for path, text in files.items():
                 blob = self._git("hash-object", "-w", "--stdin", stdin=text).strip()
                 self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
@@ -341,7 +352,8 @@ class GitStateRepo:
             "GIT_COMMITTER_NAME": name,
             "GIT_COMMITTER_EMAIL": email,
         }
-        return self._git("commit-tree", tree, "-p", parent, env=ident, stdin=full).strip()
+        parents = ["-p", parent] if parent is not None else []
+        return self._git("commit-tree", tree, *parents, env=ident, stdin=full).strip()
 
     def push(self, branch: str, commit: str | None, *, expected: str | None) -> None:
         """Set the remote ``branch`` to ``commit`` (None deletes it) only if it is still at
@@ -385,30 +397,7 @@ class GitStateRepo:
     ) -> str:
         """Like :meth:`commit_files`, but ``parent=None`` makes a root commit holding only
         ``files`` (the first commit of an orphan branch)."""
-        if parent is not None:
-            return self.commit_files(parent=parent, files=files, message=message, trailers=trailers)
-        fd, index = tempfile.mkstemp(prefix=".index-", dir=self.path / ".git")
-        os.close(fd)
-        os.unlink(index)
-        env = {"GIT_INDEX_FILE": index}
-        try:
-            for path, text in files.items():
-                blob = self._git("hash-object", "-w", "--stdin", stdin=text).strip()
-                self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-            tree = self._git("write-tree", env=env).strip()
-        finally:
-            Path(index).unlink(missing_ok=True)
-        full = message.rstrip() + "\n"
-        if trailers:
-            full += "\n" + format_trailers(trailers) + "\n"
-        name, email = self.author
-        ident = {
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
-            "GIT_COMMITTER_NAME": name,
-            "GIT_COMMITTER_EMAIL": email,
-        }
-        return self._git("commit-tree", tree, env=ident, stdin=full).strip()
+        return self._commit(parent, files, message, trailers)
 
     def resolve(self, ref: str) -> str | None:
         """The commit ``ref`` names: a branch of the remote, else anything ``git rev-parse``
