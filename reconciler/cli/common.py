@@ -359,7 +359,7 @@ class StateCheckout:
 
 def checkout_state(args: argparse.Namespace) -> StateCheckout:
     """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
-    # imported here: GitPython needs the git binary at import, commands without --repo do not
+    # imported here: only commands with --repo need the git adapter
     from reconciler.adapters.git.repo import GitStateRepo
 
     repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
