@@ -10,7 +10,8 @@ import pytest
 
 from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.config import load_desired
-from reconciler.engine.round import run_round
+from reconciler.engine.ports import DesiredSource
+from reconciler.engine.round import RoundReport, run_round
 from reconciler.engine.sources import RepoSource
 from reconciler.errors import GitError
 from reconciler.model.acting import Record, Recorded
@@ -47,9 +48,9 @@ def moved_earlier(changed_days_ago: float) -> tuple[FakeCluster, MemorySource]:
     return fake, source
 
 
-def act(fake: FakeCluster, source: MemorySource) -> None:
+def act(fake: FakeCluster, source: DesiredSource) -> RoundReport:
     loaded = source.load()
-    run_round(
+    return run_round(
         loaded.desired,
         ports(fake, source=source),
         act=True,
@@ -168,13 +169,7 @@ def test_on_real_git_a_failed_audit_commit_is_made_by_the_next_round(
             bare.rename(bare.with_suffix(".off"))
 
     fake.on_migrate = remote_gone
-    loaded = source.load()
-    report = run_round(
-        loaded.desired,
-        ports(fake, source=source),
-        act=True,
-        placement_changed_at=loaded.placement_changed_at,
-    )
+    report = act(fake, source)
     assert report.record_error is not None
     bare.with_suffix(".off").rename(bare)
     where = {vm: v.host for vm, v in fake.vms.items() if v.host != "h0"}
@@ -183,13 +178,7 @@ def test_on_real_git_a_failed_audit_commit_is_made_by_the_next_round(
 
     fake.on_migrate = None
     fake.clock.advance(timedelta(hours=2))  # past the cooldown: a revert could start now
-    loaded = source.load()
-    run_round(
-        loaded.desired,
-        ports(fake, source=source),
-        act=True,
-        placement_changed_at=loaded.placement_changed_at,
-    )
+    act(fake, source)
     assert {vm: fake.vms[vm].host for vm in where} == where, "a move was reverted"
     message = git(bare, "log", "-1", "--format=%B", "main")
     for vm, host in where.items():
