@@ -26,7 +26,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconciler.core.admission import Admission, Verdict, admit
+from reconciler.core.admission import Admission, Verdict, judge
+from reconciler.core.admission_view import AdmissionView
 from reconciler.engine.ports import (
     Clock,
     DomainRecorder,
@@ -39,7 +40,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
-from reconciler.model.snapshot import FailedMove, InFlight, MoveIntent, Snapshot, VmState
+from reconciler.model.snapshot import FailedMove, MoveIntent, Snapshot, VmState
 from reconciler.model.status import MoveOutcome, MoveResult
 
 log = logging.getLogger(__name__)
@@ -73,26 +74,6 @@ class Ports:
     clock: Clock
 
 
-def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
-    """``base`` with the hosts of ``fresh`` (and their VMs) replaced by what ``fresh`` saw."""
-    seen = {h.name for h in fresh.hosts}
-    hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
-    vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
-    counts: dict[str, set[str]] = {}
-    for v in vms:
-        counts.setdefault(v.name, set()).add(v.host)
-    uuids: dict[str, str] = {v.name: v.uuid for v in vms}
-    # a VM seen on two hosts of the merged view is in flight, whoever started the migration
-    in_flight = [
-        InFlight(name=name, uuid=uuids[name], hosts=sorted(where))
-        for name, where in sorted(counts.items())
-        if len(where) > 1
-    ]
-    return base.model_copy(
-        update={"hosts": hosts, "vms": vms, "taken_at": fresh.taken_at, "in_flight": in_flight}
-    )
-
-
 class Execution:
     """One execution of a list of moves; ``run()`` returns a result per move."""
 
@@ -110,7 +91,7 @@ class Execution:
         on_event: Callable[[Event], None] = lambda e: None,
     ) -> None:
         self.desired = desired
-        self.snapshot = snapshot
+        self.view = AdmissionView(desired, snapshot)
         self.pending = _first_per_vm(moves)
         self.ports = ports
         self.plan_id = plan_id
@@ -122,6 +103,8 @@ class Execution:
         self.started_at: dict[str, datetime] = {}
         self._waiting: dict[str, str] = {}
         self._first_pass = True
+        self.verdicts = 0
+        """Verdicts given: the work of admission, which the queue's length must not drive."""
 
     def run(self) -> list[MoveResult]:
         order = [m.vm for m in self.pending]
@@ -173,7 +156,7 @@ class Execution:
         except ReconcilerError as err:
             log.warning("fresh look at %s failed: %s", ", ".join(sorted(hosts)), err)
             return
-        self.snapshot = merged(self.snapshot, fresh)
+        self.view.replace_hosts(fresh)
 
     def _admitted(self, running: list[Move]) -> list[Move]:
         """Pending moves that may start now; stale ones are skipped on the way.
@@ -200,13 +183,16 @@ class Execution:
     def _first_pass_fresh(self) -> bool:
         """The first pass, on an observation taken within ``FRESH_FOR``: no second look."""
         first, self._first_pass = self._first_pass, False
-        return first and self.ports.clock.now() - self.snapshot.taken_at <= FRESH_FOR
+        return first and self.ports.clock.now() - self.view.taken_at <= FRESH_FOR
 
     def _judge(self, running: list[Move]) -> list[Admission]:
-        return admit(self.desired, self.snapshot, self.pending, running, self.ports.clock.now())
+        verdicts = judge(self.view, self.pending, running, until_full=True)
+        self.verdicts += len(verdicts)
+        return verdicts
 
     def _settle(self, verdicts: list[Admission]) -> list[Move]:
-        """Skip the stale moves, keep the waiting ones pending; the admitted ones to start."""
+        """Skip the stale moves, keep the waiting ones pending (and those not judged, after
+        the cluster's limit was reached); the admitted ones to start."""
         start: list[Move] = []
         keep: list[Move] = []
         for a in verdicts:
@@ -216,7 +202,7 @@ class Execution:
                 start.append(a.move)
             else:
                 keep.append(a.move)
-        self.pending = keep
+        self.pending = keep + self.pending[len(verdicts) :]
         self._waiting = {a.move.vm: a.message for a in verdicts if a.verdict is Verdict.WAIT}
         return start
 
@@ -272,7 +258,7 @@ class Execution:
         running[future] = m
 
     def _seen(self, m: Move) -> VmState | None:
-        return next((v for v in self.snapshot.vms if v.name == m.vm and v.host == m.source), None)
+        return self.view.sighting(m.vm, m.source)
 
     def _finish(self, m: Move, future: Future[MigrationResult]) -> None:
         try:
@@ -323,7 +309,7 @@ class Execution:
 
     def _record(self, m: Move, r: MigrationResult, now: datetime) -> None:
         """The move, or its failure, on the domain where the VM runs now."""
-        seen = self._seen(m) or next((v for v in self.snapshot.vms if v.name == m.vm), None)
+        seen = self._seen(m) or self.view.sighting(m.vm)
         if seen is None:
             return
         old = seen.reconciler.model_copy(update={"intent": None})
@@ -354,18 +340,9 @@ class Execution:
             log.warning("could not record the move of %s on %s: %s", m.vm, host, err)
 
     def _note_where(self, m: Move, r: MigrationResult) -> None:
-        """Keep the working snapshot's idea of where the VM runs in step with the result."""
-        if not r.running_on:
-            return
-        host = r.running_on[0]
-        vms, seen = [], False
-        for v in self.snapshot.vms:
-            if v.name != m.vm:
-                vms.append(v)
-            elif not seen:  # one sighting, where it runs: a stale copy is no migration
-                vms.append(v.model_copy(update={"host": host}))
-                seen = True
-        self.snapshot = self.snapshot.model_copy(update={"vms": vms})
+        """Keep the working view of where the VM runs in step with the result."""
+        if r.running_on:
+            self.view.vm_now_on(m.vm, r.running_on[0])
 
     def _skip(self, m: Move, code: str, message: str) -> None:
         log.info(
