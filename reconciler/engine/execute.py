@@ -19,6 +19,7 @@ Stopping (``stop`` set, e.g. on SIGTERM) starts nothing more and lets running mi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -105,6 +106,8 @@ class Execution:
         self._first_pass = True
         self.verdicts = 0
         """Verdicts given: the work of admission, which the queue's length must not drive."""
+        self._unrecorded: list[tuple[Move, MigrationResult, datetime]] = []
+        """Ended migrations whose outcome is not on the domain yet (written after the starts)."""
 
     def run(self) -> list[MoveResult]:
         order = [m.vm for m in self.pending]
@@ -112,7 +115,11 @@ class Execution:
         running: dict[Future[MigrationResult], Move] = {}
         changed = True  # limits and room change only when a migration ends
         rechecked = False
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
+        with (
+            ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool,
+            contextlib.ExitStack() as outcomes,
+        ):
+            outcomes.callback(self._record_outcomes)  # whatever ends the loop
             while self.pending or running:
                 closed = self.gate() if self.gate is not None and self.pending else None
                 if self.stop.is_set():
@@ -129,6 +136,7 @@ class Execution:
                             self.pending.insert(0, m)  # judged again (and skipped) above
                             continue
                         self._start(pool, running, m)
+                self._record_outcomes()  # after the starts: the next move does not wait for them
                 if not running:
                     if self.pending and not rechecked:
                         # before giving up, one fresh look at every pending move's hosts: what
@@ -165,19 +173,24 @@ class Execution:
         each move that would start are then looked at afresh and every pending move judged
         again, until every move to start has had its hosts looked at in this pass. Only the
         first pass, right after the round's own observation, starts without a second look.
+
+        A host one of this run's migrations is running on is not looked at: libvirt holds a
+        migrating domain until its source QEMU has stopped, so the look would wait for that
+        migration to end. Such a host is judged on the working view, which counts the
+        migration running (its room on the target, its limits) and learns its outcome.
         """
         if not self.pending:
             return []
         verdicts = self._judge(running)
         if self._first_pass_fresh():
             return self._settle(verdicts)
-        looked: set[HostName] = set()
+        looked: set[HostName] = {h for m in running for h in _ends(m)}
         while True:
             hosts = {h for a in verdicts if a.verdict is Verdict.ADMIT for h in _ends(a.move)}
             if hosts <= looked:
                 return self._settle(verdicts)
+            self._fresh(hosts - looked)
             looked |= hosts
-            self._fresh(hosts)
             verdicts = self._judge(running)
 
     def _first_pass_fresh(self) -> bool:
@@ -303,9 +316,13 @@ class Execution:
             detail,
             extra={"vm": m.vm, "plan_id": self.plan_id},
         )
-        self._record(m, r, now)
+        self._unrecorded.append((m, r, now))
         self._note_where(m, r)
         self.on_event(Event("done", m, result=result))
+
+    def _record_outcomes(self) -> None:
+        while self._unrecorded:
+            self._record(*self._unrecorded.pop(0))
 
     def _record(self, m: Move, r: MigrationResult, now: datetime) -> None:
         """The move, or its failure, on the domain where the VM runs now."""
