@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.files import atomic
 from reconciler.adapters.files.recovery import FileRecoveryStore
 from reconciler.adapters.files.status import FileStatusStore
 from reconciler.adapters.files.text import rewrite_file
@@ -50,9 +49,9 @@ def test_a_failure_at_any_step_keeps_the_old_file_and_leaves_no_temporary_one(
         raise OSError(28, "No space left on device")
 
     if step == "write":
-        monkeypatch.setattr(atomic.os, "fdopen", lambda fd, mode: _BrokenFile(fd), raising=True)
+        monkeypatch.setattr(os, "fdopen", lambda fd, mode: _BrokenFile(fd), raising=True)
     else:
-        monkeypatch.setattr(atomic.os, step, broken)
+        monkeypatch.setattr(os, step, broken)
     with pytest.raises(TerminalError) as caught:
         store.save(RecoveryState(cluster="lab", intents={}))
     assert "no space left" in caught.value.message.lower()
@@ -89,6 +88,6 @@ def test_the_rename_is_flushed_with_its_directory(
         synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
         real(fd)
 
-    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     FileRecoveryStore("lab", tmp_path).save(RecoveryState(cluster="lab"))
     assert synced == ["file", "dir"]
