@@ -1,6 +1,7 @@
 """What ``run`` keeps of its observations: a compact snapshot per round that changed beyond
 noise, in the state directory, and with ``--repo`` the latest one pushed to
-``reconciler/observed/<cluster>`` at most every ``spec.record.every`` (see docs/review.md).
+``reconciler/observed/<cluster>`` at most every ``spec.record.every`` (see docs/review.md),
+with the VM definitions last seen (kept in the recovery state), secrets removed.
 
 Recording never fails a round: a problem is logged and the next round tries again.
 """
@@ -11,8 +12,10 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
+from reconciler.adapters.files.recovery import FileRecoveryStore
 from reconciler.adapters.git.observations import ObservationStore, push_snapshot, pushed_at
 from reconciler.adapters.git.repo import GitStateRepo
+from reconciler.core.definitions import redacted_definition
 from reconciler.errors import ReconcilerError
 from reconciler.model.policy import BalancePolicy
 from reconciler.model.snapshot import Snapshot
@@ -25,6 +28,7 @@ class Recorder:
 
     def __init__(self, state_dir: Path, cluster: str, repo: GitStateRepo | None) -> None:
         self.store = ObservationStore(state_dir, cluster)
+        self.recovery = FileRecoveryStore(cluster, state_dir)
         self.cluster = cluster
         self.repo = repo
         self.pushed: datetime | None = None
@@ -58,7 +62,7 @@ class Recorder:
             self._looked = True
         if self.pushed is not None and now - self.pushed < policy.spec.record.every:
             return
-        commit = push_snapshot(repo, snapshot)
+        commit = push_snapshot(repo, snapshot, self._definitions())
         self.pushed = now
         if commit is None:
             log.info("observed branch moved meanwhile; the next push follows it")
@@ -66,3 +70,14 @@ class Recorder:
             return
         log.info("pushed the observation to reconciler/observed/%s (%s)", self.cluster, commit[:12])
         self.unpushed = None
+
+    def _definitions(self) -> dict[str, str]:
+        """VM name -> the definition last seen of it, secrets removed; one that is not
+        well-formed XML is left out."""
+        state = self.recovery.load()
+        out: dict[str, str] = {}
+        for vm in state.vms.values() if state is not None else ():
+            redacted = redacted_definition(vm.xml)
+            if redacted is not None:
+                out[vm.name] = redacted
+        return out

@@ -78,6 +78,14 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         state = before.copy()
         for s in steps:
             state.move(s.vm, s.target)
+    reserve = headroom.keeping_reserve(
+        before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
+    )
+    if reserve.held:
+        steps, optimal = reserve.steps, None
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
     spreads = [
         ArchSpread(
             arch=g.arch,
@@ -97,7 +105,9 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     placement.update(mandatory.adopted)
     for m in moves:
         placement[m.vm] = m.target
-    problems = _dedupe(mandatory.problems + _headroom(model, state, desired))
+    problems = _dedupe(
+        mandatory.problems + _headroom(model, before, state, steps, desired) + _held(model, reserve)
+    )
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
     proposed = dict(sorted(placement.items()))
@@ -117,16 +127,43 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     )
 
 
-def _headroom(model: Model, after: State, desired: DesiredState) -> list[Unsatisfiable]:
-    """N+k: the cluster after the plan keeps room for the VMs of any reserveHosts hosts."""
+def _headroom(
+    model: Model, before: State, after: State, steps: list[Step], desired: DesiredState
+) -> list[Unsatisfiable]:
+    """N+k: the cluster after the plan keeps room for the VMs of any reserveHosts hosts;
+    when it did before, the mandatory moves that broke it are named (they go regardless)."""
     spec = desired.policy.spec
     k = spec.recovery.reserve_hosts
     if not k:
         return []
-    found = headroom.problem(headroom.bins(model, after, float(spec.host_limit)), k)
+    limit = float(spec.host_limit)
+    found = headroom.problem(headroom.bins(model, after, limit), k)
     if found is None:
         return []
+    if headroom.problem(headroom.bins(model, before, limit), k) is None:
+        names = sorted({model.vms[s.vm].name for s in steps if s.mandatory})
+        found += (
+            f"; it held before this plan's mandatory move(s) of {', '.join(names)}, "
+            "which go regardless"
+        )
     return [Unsatisfiable(code=UnsatisfiableCode.HEADROOM, message=found)]
+
+
+def _held(model: Model, reserve: headroom.Kept) -> list[Unsatisfiable]:
+    """Balance moves held back to keep the reserve: the spread stays over the threshold."""
+    if not reserve.held:
+        return []
+    first = reserve.held[0]
+    move = f"{model.vms[first.vm].name} to {model.hosts[first.target].name}"
+    why = f": {reserve.broke}" if reserve.broke else ""
+    return [
+        Unsatisfiable(
+            code=UnsatisfiableCode.HEADROOM,
+            vms=sorted({model.vms[s.vm].name for s in reserve.held}),
+            message=f"{len(reserve.held)} balance move(s) held back to keep reserveHosts "
+            f"(moving {move} would break it{why})",
+        )
+    ]
 
 
 def _drift_targets(model: Model, state: State, desired: DesiredState) -> dict[int, int]:

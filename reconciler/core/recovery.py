@@ -84,8 +84,10 @@ def restart_plan(
     desired: DesiredState, snapshot: Snapshot, vms: Iterable[SavedVm], *, now: datetime
 ) -> list[Restart]:
     """Targets for ``vms`` in priority order, each as ``place`` would choose for a new VM,
-    with the VMs placed before it counted on their targets."""
+    with the VMs placed before it counted on their targets. The room ``reserveHosts`` kept is
+    for this: a restart may use it (``place`` for a new VM would refuse to)."""
     spec = desired.policy.spec.recovery
+    desired = _without_reserve(desired)
     current = snapshot
     out: list[Restart] = []
     for vm in restart_order(spec, vms):
@@ -110,6 +112,13 @@ def restart_plan(
         out.append(Restart(vm, answer.host, answer.message))
         current = current.model_copy(update={"vms": [*current.vms, _running(vm, answer.host)]})
     return out
+
+
+def _without_reserve(desired: DesiredState) -> DesiredState:
+    policy = desired.policy
+    recovery = policy.spec.recovery.model_copy(update={"reserve_hosts": 0})
+    spec = policy.spec.model_copy(update={"recovery": recovery})
+    return desired.model_copy(update={"policy": policy.model_copy(update={"spec": spec})})
 
 
 def _running(vm: SavedVm, host: str) -> VmState:

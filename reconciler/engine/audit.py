@@ -44,10 +44,14 @@ def audit_message(
     *,
     adopted: Mapping[str, tuple[str, str]] | None = None,
     conflicts: Mapping[str, str] | None = None,
+    trigger: str | None = None,
 ) -> str:
     """``adopted``: VM -> (old entry, new entry) for placement entries changed without a move."""
     done = [r for r in results if r.outcome is MoveOutcome.SUCCEEDED]
-    subject = f"Reconciled cluster {cluster}: {len(done)} VM(s) moved"
+    if trigger == "recovery":
+        subject = recovery_subject(cluster, results)
+    else:
+        subject = f"Reconciled cluster {cluster}: {len(done)} VM(s) moved"
     if adopted:
         subject += f", {len(adopted)} placement entr{'y' if len(adopted) == 1 else 'ies'} adopted"
     lines = [subject, ""]
@@ -57,12 +61,24 @@ def audit_message(
     lines += [adopted_line(vm, old, new) for vm, (old, new) in sorted((adopted or {}).items())]
     others = [r for r in results if r.outcome is not MoveOutcome.SUCCEEDED]
     if others:
-        lines += ["", "Not moved:"]
+        lines += ["", "Not restarted:" if trigger == "recovery" else "Not moved:"]
         lines += [f"  {r.vm}: {r.source} -> {r.target} {r.outcome}: {r.detail}" for r in others]
     if conflicts:
         lines += ["", "Changed by a person meanwhile, kept as written:"]
         lines += [f"  {vm}: {host}" for vm, host in sorted(conflicts.items())]
     return "\n".join(lines)
+
+
+def recovery_subject(cluster: str, results: Sequence[MoveResult]) -> str:
+    """'Recovered fenced host kvm-01 of cluster lab: 3 VM(s) restarted elsewhere, 1 not
+    restarted' (a recovery is recorded only once its host was fenced)."""
+    hosts = ", ".join(sorted({r.source for r in results}))
+    done = sum(r.outcome is MoveOutcome.SUCCEEDED for r in results)
+    subject = f"Recovered fenced host {hosts} of cluster {cluster}: {done} VM(s) restarted"
+    subject += " elsewhere"
+    if len(results) > done:
+        subject += f", {len(results) - done} not restarted"
+    return subject
 
 
 def record_batch(
@@ -79,12 +95,14 @@ def record_batch(
     trigger: str,
     actor: str,
     adopted: Mapping[str, str] | None = None,
+    files: Mapping[str, str] | None = None,
     attempts: int = 5,
 ) -> AuditCommit:
     """Commit and push the record of one acting round on ``branch``.
 
     ``folder`` is the cluster folder in the repository; ``own_moves`` (VM -> host) are the
-    Placement entries to update (``adopted``: those of them that follow drift, not a move).
+    Placement entries to update (``adopted``: those of them that follow drift, not a move);
+    ``files`` (path in the repository -> text) are written as they are.
     """
     if trigger not in TRIGGERS:
         raise ValueError(f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
@@ -102,7 +120,7 @@ def record_batch(
         head = repo.head(branch)
         if head is None:
             raise GitError(f"the state repository has no branch {branch!r} to record on")
-        files = {f"{folder}/{STATUS_FILE}": status_json}
+        files = {**(files or {}), f"{folder}/{STATUS_FILE}": status_json}
         write: dict[str, str] = {}
         kept: dict[str, str] = {}
         theirs: dict[str, str] = {}
@@ -121,6 +139,7 @@ def record_batch(
         message = audit_message(
             cluster,
             results,
+            trigger=trigger,
             adopted={
                 vm: (theirs.get(vm, "(unlisted)"), h)
                 for vm, h in (adopted or {}).items()

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Protocol
 
 from reconciler.core import recovery as decide
+from reconciler.core.definitions import redacted_definition
 from reconciler.engine.ports import Clock, DesiredSource
 from reconciler.errors import ReconcilerError
 from reconciler.model.acting import Record
@@ -52,6 +53,10 @@ from reconciler.model.status import (
 )
 
 log = logging.getLogger(__name__)
+
+DEFINITIONS_FOLDER = "reconciler-definitions"
+"""In the cluster folder of the state repository: ``<VM>.xml``, the definition a recovery
+started (secrets removed), written by its audit commit."""
 
 
 class Fencer(Protocol):
@@ -362,12 +367,20 @@ class Recovery:
         state = state.model_copy(update={"intents": intents})
         state = _with_host(state, host, record, self.ports.store)
         if results:
-            self._record(desired, host, results, report)
+            used = {vm.name: vm.xml for vm in todo}
+            self._record(desired, host, results, used, report)
         return state
 
     def _record(
-        self, desired: DesiredState, host: str, results: list[MoveResult], report: RecoveryReport
+        self,
+        desired: DesiredState,
+        host: str,
+        results: list[MoveResult],
+        definitions: dict[str, str],
+        report: RecoveryReport,
     ) -> None:
+        """The audit record of one recovery step, with the definitions it started (secrets
+        removed; one that cannot be checked is left out)."""
         source = self.ports.source
         if source is None:
             return
@@ -375,6 +388,11 @@ class Recovery:
         placement = {
             r.vm: r.target for r in results if r.outcome is MoveOutcome.SUCCEEDED and not revert
         }
+        files: dict[str, str] = {}
+        for r in results:
+            redacted = redacted_definition(definitions.get(r.vm, ""))
+            if r.outcome is MoveOutcome.SUCCEEDED and redacted is not None:
+                files[f"{DEFINITIONS_FOLDER}/{r.vm}.xml"] = redacted
         try:
             recorded = source.record(
                 Record(
@@ -385,6 +403,7 @@ class Recovery:
                     placement=placement,
                     status=self._status or ReconcileStatus(cluster=self.cluster),
                     trigger="recovery",
+                    files=files,
                 )
             )
         except ReconcilerError as err:

@@ -144,6 +144,7 @@ class RepoSource:
             source=source,
             trigger=record.trigger,
             actor=self.actor,
+            files={f"{self.folder}/{path}": text for path, text in record.files.items()},
         )
         conflicts = [
             f"{vm}: placement.yaml was changed to {host!r} by a person meanwhile; kept as written"

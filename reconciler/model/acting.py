@@ -42,6 +42,11 @@ class Record(Frozen):
     )
     status: ReconcileStatus | None = None
     trigger: str = "manual"
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="More files for the record, by path in the cluster folder (a recovery: "
+        "the definitions it started, secrets removed); a folder source does not write them.",
+    )
 
 
 class Recorded(Frozen):

@@ -3,6 +3,8 @@ and live migration between lab hosts configured by the lab's Cluster alone."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 
 from reconciler.adapters import lab as lab_api
 from reconciler.adapters.lab import Lab
+from reconciler.adapters.lab.processes import read_pid, wait_gone
 from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.config import load_desired
 from reconciler.errors import LabError
@@ -68,6 +71,29 @@ def test_killed_daemon_keeps_its_vms_and_starts_again(small_lab: Lab) -> None:
     assert _qemu_pids(small_lab, "kvm-01", vms) == qemus
     assert set(qemus) <= set(lab_api.lab_processes(directory))
     assert not lab_api.start_host(directory, "kvm-01"), "running already"
+
+
+def test_a_host_whose_qemus_died_comes_back_with_its_definitions_shut_off(small_lab: Lab) -> None:
+    directory = Path(small_lab.dir)
+    vms = _vms_on(small_lab, "kvm-01")
+    qemus = _qemu_pids(small_lab, "kvm-01", vms)
+    supervisor = read_pid(Path(small_lab.host("kvm-01").path) / "reaper.pid")
+    assert supervisor is not None
+    lab_api.kill_host(directory, "kvm-01")
+    for pid in qemus:  # the machine lost power: its VMs are gone with its daemon
+        os.kill(pid, signal.SIGKILL)
+    assert all(wait_gone(pid, 10.0) for pid in [*qemus, supervisor])
+
+    assert lab_api.start_host(directory, "kvm-01")  # as a rebooted machine
+    conn = libvirt.open(small_lab.host("kvm-01").uri)
+    try:
+        seen = {d.name(): (d.isPersistent(), d.state()[0]) for d in conn.listAllDomains()}
+        assert seen == dict.fromkeys(vms, (True, libvirt.VIR_DOMAIN_SHUTOFF))
+        for name in vms:  # mend the lab for the other tests
+            conn.lookupByName(name).create()
+    finally:
+        conn.close()
+    assert _vms_on(small_lab, "kvm-01") == vms
 
 
 def test_frozen_daemon_hangs_until_thawed(small_lab: Lab) -> None:

@@ -3,12 +3,14 @@ branch reconciler/observed/<cluster> in a real bare repository."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reconciler.adapters.files.recovery import FileRecoveryStore
 from reconciler.adapters.git.observations import (
     ObservationStore,
     observed_branch,
@@ -18,7 +20,9 @@ from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.cli.observations import Recorder
 from reconciler.core import observations
 from reconciler.model.policy import BalancePolicy
+from reconciler.model.recovery import RecoveryState, SavedVm
 from reconciler.model.snapshot import ReconcilerState
+from tests.engine.test_recovery_audit import SECRETS, remote_objects_text, secret_xml
 from tests.gitrepos import git, state_remote
 from tests.impact.world import T0, snapshot
 
@@ -101,3 +105,30 @@ def test_run_pushes_the_latest_at_most_every_record_every(tmp_path: Path) -> Non
     assert {str(v.name): v.cpu_used for v in recorded[-1][1].vms}["web-1"] == 4
     # the main branch is untouched
     assert git(person, "log", "--format=%s", "origin/main").split("\n")[0] == "The cluster"
+
+
+def test_the_observed_branch_carries_the_definitions_last_seen_without_secrets(
+    tmp_path: Path,
+) -> None:
+    url, person = state_remote(tmp_path)
+    repo = GitStateRepo(url, cache_dir=tmp_path / "cache")
+    repo.fetch()
+    state = tmp_path / "state"
+    saved = {
+        f"uuid-{name}": SavedVm(
+            name=name, uuid=f"uuid-{name}", host="kvm-01", running=True, vcpus=1,
+            memory=1 << 30, xml=xml, seen_at=T0,
+        )
+        for name, xml in (("web-1", secret_xml("web-1", "uuid-web-1")), ("bad", "<domain"))
+    }  # fmt: skip
+    FileRecoveryStore("lab", state).save(RecoveryState(cluster="lab", vms=saved))
+    Recorder(state, "lab", repo).after_round(snapshot(T0), POLICY, T0)
+    branch = observed_branch("lab")
+    git(person, "fetch", "--quiet", "origin")
+    files = git(person, "ls-tree", "--name-only", f"origin/{branch}").split()
+    assert files == ["definitions.json", "snapshot.json"]
+    definitions = json.loads(git(person, "show", f"origin/{branch}:definitions.json"))
+    assert list(definitions) == ["web-1"]  # what cannot be checked is not recorded
+    assert "<name>web-1</name>" in definitions["web-1"]
+    everything = remote_objects_text(url)
+    assert [s for s in SECRETS if s in everything] == []

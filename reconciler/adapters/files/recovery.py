@@ -1,21 +1,20 @@
 """The recovery state of one cluster in ``<state dir>/<cluster>/recovery.json``.
 
 The definitions of the VMs last seen, the hosts being recovered and the restart intents.
-Written atomically (a temporary file, flushed, renamed over the old one) before and after
-every restart, so a reconciler killed mid-recovery finds its intents.
+Written atomically (``atomic.write_atomically``), readable by its owner only (the definitions
+may hold secrets), before and after every restart, so a reconciler killed mid-recovery finds
+its intents.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from reconciler.adapters.files.atomic import write_atomically, write_hint
 from reconciler.adapters.files.status import default_state_dir
 from reconciler.errors import TerminalError
 from reconciler.model.recovery import RecoveryState
@@ -42,21 +41,12 @@ class FileRecoveryStore:
             return None
 
     def save(self, state: RecoveryState) -> None:
-        folder = self.path.parent
-        tmp: str | None = None
+        data = state.model_dump_json(indent=2, by_alias=True).encode()
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(state.model_dump_json(indent=2, by_alias=True).encode())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
+            # owner only: the domain XML in it may hold secrets (console passwords)
+            write_atomically(self.path, data, mode=0o600, make_parents=True)
         except OSError as err:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             raise TerminalError(
-                f"cannot write the recovery state in {folder}: {err.strerror or err}"
+                f"cannot write the recovery state in {self.path.parent}: {err.strerror or err}",
+                hint=write_hint(err),
             ) from err

@@ -2,24 +2,22 @@
 
 Default place: ``$XDG_STATE_HOME/reconciler/<cluster>/status.json`` (``~/.local/state`` when
 XDG_STATE_HOME is unset), or ``<state dir>/<cluster>/status.json`` with ``--state-dir``.
-Written atomically: a temporary file of its own (unique, in the same directory), flushed to
-disk, then renamed over the old one, so neither a crash mid-write nor a second writer leaves a
-torn status. A status file that cannot be read as a ReconcileStatus (torn by a crash before
-this, edited by hand) is a warning and treated as absent: the next round writes a new one.
+Written atomically (``atomic.write_atomically``), so neither a crash mid-write nor a second
+writer leaves a torn status. A status file that cannot be read as a ReconcileStatus (torn by a
+crash before this, edited by hand) is a warning and treated as absent: the next round writes a
+new one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from reconciler.adapters.files.atomic import write_atomically, write_hint
 from reconciler.errors import TerminalError
 from reconciler.model.status import ReconcileStatus, status_json
 
@@ -28,13 +26,6 @@ __all__ = ["FILE_NAME", "FileStatusStore", "default_state_dir", "status_json"]
 log = logging.getLogger(__name__)
 
 FILE_NAME = "status.json"
-_WRITE_HINTS = {
-    errno.EROFS: "the file system is read-only; give a writable --state-dir",
-    errno.EACCES: "give the reconciler's user write access to it, or a writable --state-dir",
-    errno.EPERM: "give the reconciler's user write access to it, or a writable --state-dir",
-    errno.ENOSPC: "free space on that file system, or give another --state-dir",
-    errno.EDQUOT: "the disk quota is used up; free space or give another --state-dir",
-}
 
 
 def default_state_dir() -> Path:
@@ -78,39 +69,10 @@ class FileStatusStore:
         return None
 
     def save(self, status: ReconcileStatus) -> None:
-        folder = self.path.parent
-        tmp: str | None = None
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(status_json(status).encode())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path)
-            tmp = None
-            _sync_directory(folder)
+            write_atomically(self.path, status_json(status).encode(), mode=0o644, make_parents=True)
         except OSError as err:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             raise TerminalError(
-                f"cannot write the status in {folder}: {err.strerror or err}",
-                hint=_WRITE_HINTS.get(
-                    err.errno or 0, "check that the state directory exists and is writable"
-                ),
+                f"cannot write the status in {self.path.parent}: {err.strerror or err}",
+                hint=write_hint(err),
             ) from err
-
-
-def _sync_directory(folder: Path) -> None:
-    """Flush the rename to disk, where the file system allows it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)

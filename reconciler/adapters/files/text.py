@@ -1,17 +1,16 @@
 """Text files the reconciler edits in place: placement.yaml and cluster.yaml of a folder.
 
-Replaced atomically: a temporary file in the same folder, fsynced, renamed over the original,
-its mode kept. The edits themselves are pure text functions (``reconciler.config.yaml_edit``).
+Replaced atomically (``atomic.write_atomically``), their mode kept. The edits themselves are
+pure text functions (``reconciler.config.yaml_edit``).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.adapters.files.atomic import write_atomically
 from reconciler.errors import ConfigError
 
 
@@ -24,17 +23,7 @@ def rewrite_file(path: Path, edit: Callable[[str], str]) -> bool:
     new = edit(text)
     if new == text:
         return False
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(new)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, new.encode("utf-8"), mode=path.stat().st_mode & 0o7777)
     return True
 
 

@@ -3,14 +3,17 @@
 
 Locally: ``<state dir>/<cluster>/observations/<UTC time>.json``, one compact snapshot a file
 (defaults left out, one line), written atomically; which to keep is decided by
-:mod:`reconciler.core.observations`. In git: one file, ``snapshot.json``, on its own branch
-with no common history with the desired state, a commit per push; ``git log`` of that branch
-is the recorded sequence a backtest replays.
+:mod:`reconciler.core.observations`. In git: ``snapshot.json`` on its own branch with no
+common history with the desired state, a commit per push; ``git log`` of that branch is the
+recorded sequence a backtest replays. Beside it ``definitions.json``: VM name -> the domain
+XML the reconciler last saw of it, secrets removed (what a dead host's VMs are restarted
+from), when there are any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from reconciler.model.snapshot import Snapshot
 FOLDER = "observations"
 BRANCH_PREFIX = "reconciler/observed/"
 FILE = "snapshot.json"
+DEFINITIONS = "definitions.json"
 TRAILER = "Reconciler-Observed"
 
 
@@ -109,19 +113,27 @@ def pushed_at(repo: GitStateRepo, cluster: str) -> datetime | None:
     return commits[0].date if commits else None
 
 
-def push_snapshot(repo: GitStateRepo, snapshot: Snapshot) -> str | None:
+def push_snapshot(
+    repo: GitStateRepo, snapshot: Snapshot, definitions: Mapping[str, str] | None = None
+) -> str | None:
     """One commit with ``snapshot.json`` on ``reconciler/observed/<cluster>`` (a root commit
     when the branch does not exist), pushed with a lease on the head it was built on. Returns
-    the commit, or None when another instance pushed first (nothing overwritten)."""
+    the commit, or None when another instance pushed first (nothing overwritten).
+
+    ``definitions`` (VM name -> domain XML, already stripped of secrets) replace
+    ``definitions.json`` as a whole."""
     branch = observed_branch(snapshot.cluster)
     head = repo.head(branch)
     taken = snapshot.taken_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
     text = observations.compact(snapshot).model_dump_json(
         by_alias=True, exclude_defaults=True, indent=1
     )
+    files = {FILE: text + "\n"}
+    if definitions:
+        files[DEFINITIONS] = json.dumps(dict(sorted(definitions.items())), indent=1) + "\n"
     commit = repo.commit_files_on(
         parent=head,
-        files={FILE: text + "\n"},
+        files=files,
         message=f"Observed cluster {snapshot.cluster} at {taken}",
         trailers={TRAILER: taken},
     )

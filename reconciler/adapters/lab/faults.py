@@ -72,8 +72,11 @@ def start_host(directory: Path, name: str) -> bool:
     """Start the libvirtd of host ``name`` again and wait until it answers.
 
     A frozen daemon is thawed instead. The new daemon runs in a new mount namespace over the
-    same host folder, so it reconnects to the QEMUs that kept running. False when the daemon
-    was running already.
+    same host folder and keeps the persistent definitions in it. When some of the host's
+    QEMUs still run, it reconnects to them (a daemon that crashed); when none does, the host
+    comes back as a rebooted machine would: its run-time state (``run/``, a tmpfs on a real
+    host) is cleared, and its domains are defined and shut off. False when the daemon was
+    running already.
     """
     host = _qemu_host(directory, name)
     if qemu.host_running(host):
@@ -84,9 +87,13 @@ def start_host(directory: Path, name: str) -> bool:
     if processes.ours(old, "lab_host.py"):
         # the old supervisor still reaps the QEMUs it adopted: keep it findable by stop_lab
         (hdir / "reaper.pid").rename(hdir / f"reaper-{old}.pid")
-    for stale in [hdir / "libvirtd.pid", *(hdir / "sock").iterdir()]:
+    # a pid file of a supervisor that is gone would read as the new one dying at start
+    stale = [hdir / "reaper.pid", hdir / "libvirtd.pid", *(hdir / "sock").iterdir()]
+    for path in stale:
         with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
+            path.unlink()
+    if not qemu.qemus_running(host):
+        qemu.clear_run_state(host)
     qemu.launch(host, binaries)
     qemu.wait_up(host)
     conn = qemu.connect_when_up(host)

@@ -321,6 +321,24 @@ def host_running(host: LabHost) -> bool:
     return daemon_pid(host) is not None
 
 
+def qemus_running(host: LabHost) -> bool:
+    """True when a QEMU the host's daemon started still runs (by its pid files)."""
+    folder = Path(host.path) / "run" / "qemu"
+    return any(
+        processes.ours(processes.read_pid(pidfile), "qemu")
+        for pidfile in folder.glob("*.pid")
+        if pidfile.name != "driver.pid"  # the daemon's own
+    )
+
+
+def clear_run_state(host: LabHost) -> None:
+    """Empty the host's ``run/`` as a reboot empties a tmpfs: the status files of QEMUs that
+    are gone would otherwise be taken for running domains to reconnect to."""
+    run = Path(host.path) / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+
+
 def stop_host(host: LabHost) -> None:
     """Stop the host's domains, daemon, QEMUs and supervisors, a frozen daemon included."""
     hdir = Path(host.path)
