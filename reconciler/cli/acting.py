@@ -277,7 +277,6 @@ def recover(
 ) -> Any:
     """One recovery step after a round; wakes the loop when a host's grace or backoff ends."""
     import logging
-    import threading
 
     from reconciler.engine.recovery import with_recovered
     from reconciler.errors import ReconcilerError
@@ -290,10 +289,46 @@ def recover(
     now = SystemClock().now()
     if report.waiting:
         delay = max(0.5, (min(report.waiting.values()) - now).total_seconds() + 0.1)
-        timer = threading.Timer(delay, wakeup.trigger, args=("recovery",))
-        timer.daemon = True
-        timer.start()
+        wake_later(wakeup, delay, "recovery")
     return with_recovered(status, report, now)
+
+
+def confirming(
+    keeper: LeaseKeeper, wakeup: Wakeup, cluster: str, retry: float
+) -> Callable[[Plan], bool]:
+    """The confirmation of a ``run`` round's plan: the hold re-checked just before acting.
+
+    A hold that cannot be re-checked now (a slow renewal, the remote not answering) starts
+    nothing; that is said, and the round is tried again in ``retry`` seconds rather than at the
+    next interval.
+    """
+    import logging
+
+    def confirm(plan: Plan) -> bool:
+        if keeper.confirm():
+            return True
+        who = keeper.holder()
+        logging.getLogger(__name__).warning(
+            "not acting on %s: the hold on cluster %s could not be confirmed%s; "
+            "trying again in %.0f s",
+            plan.plan_id[:19],
+            cluster,
+            f" (held by {who})" if who else "",
+            retry,
+        )
+        wake_later(wakeup, retry, "hold")
+        return False
+
+    return confirm
+
+
+def wake_later(wakeup: Wakeup, delay: float, reason: str) -> None:
+    """A round for ``reason`` in ``delay`` seconds, whatever the interval says."""
+    import threading
+
+    timer = threading.Timer(delay, wakeup.trigger, args=(reason,))
+    timer.daemon = True
+    timer.start()
 
 
 def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:

@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for e
 
 log = logging.getLogger(__name__)
 
+HOLD_RETRY_SECONDS = 5.0
+"""How soon a round that could not confirm its hold before acting is tried again."""
+
 DEFAULT_LISTEN = "127.0.0.1:9187"
 SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
 
@@ -156,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
                 revision=loaded.revision,
                 placement_changed_at=loaded.placement_changed_at,
                 audit_trigger=acting.audit_trigger(trigger, merge=changed),
-                confirm=lambda plan: keeper.confirm(),
+                confirm=acting.confirming(keeper, wakeup, cluster, HOLD_RETRY_SECONDS),
                 gate=window,
                 stop=stop,
                 abort=abort,
