@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from reconciler.adapters.domain_disks import DiskRef, disk_refs
 from reconciler.adapters.domain_metadata import (
     DomainMetadata,
     no_metadata,
@@ -299,6 +300,8 @@ class DomainReading(NamedTuple):
     """Found in the XML alone; a CPU mode that blocks only among mixed hosts is not here."""
     passthrough: str | None
     """``passthrough_cpu_mode`` of the domain."""
+    disks: tuple[DiskRef, ...] = ()
+    """Its ``<disk>`` elements, for ``domain_disks.resolve_disks`` against the host's pools."""
 
 
 def read_domain(xml: str | None, *, shared_paths: Sequence[str] = ()) -> DomainReading:
@@ -371,6 +374,7 @@ def read_parsed_domain(domain: ET.Element, *, shared_paths: Sequence[str] = ()) 
         metadata=parse_metadata_element(domain),
         blockers=_device_blockers(domain.find("devices"), shared_paths),
         passthrough=passthrough_cpu_mode(domain),
+        disks=tuple(disk_refs(domain)),
     )
 
 

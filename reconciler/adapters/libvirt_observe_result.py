@@ -10,6 +10,7 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from reconciler.adapters.domain_disks import classify, disk_bytes, local_disk_blockers
 from reconciler.adapters.libvirt_observe_host import RawHost, RawVm
 from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName
@@ -133,6 +134,7 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         reconciler,
         found,
         _mode,
+        disks,
     ) = vm
     state = (
         _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
@@ -143,11 +145,14 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         if isinstance(reason_code, int) and 0 <= reason_code < len(reasons)
         else str(reason_code)
     )
-    blockers = list(found)
+    # the XML's LocalDisk reasons are replaced by those of the disks as the pools see them
+    blockers = [b for b in found if b.code is not UnmigratableReason.LOCAL_DISK]
+    blockers += local_disk_blockers(disks)
     if state not in MIGRATABLE_STATES:
         blockers.insert(
             0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
         )
+    klass, why = classify(state, blockers, disks)
     return {
         "name": name,
         "uuid": uuid,
@@ -164,4 +169,8 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         "reconciler": reconciler,
         "migratable": not blockers,
         "unmigratable": blockers,
+        "migrationClass": klass,
+        "migrationReasons": why,
+        "disks": disks,
+        "diskBytes": disk_bytes(disks),
     }

@@ -33,6 +33,7 @@ from reconciler.errors import ConfigError
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import (
     InFlight,
+    MigrationClass,
     Snapshot,
     Unmigratable,
     UnmigratableReason,
@@ -260,6 +261,13 @@ def _snapshot(cluster: str, results: list[HostResult], taken_at: datetime) -> Sn
             extra.append(passthrough_blocker(mode))
         if extra:
             blockers = [*vm.unmigratable, *extra]
-            vm = vm.model_copy(update={"migratable": False, "unmigratable": blockers})
+            update: dict[str, object] = {"migratable": False, "unmigratable": blockers}
+            if cpu_models_differ and mode is not None:
+                passthrough = passthrough_blocker(mode).detail
+                update["migration_class"] = MigrationClass.IMMOVABLE
+                immovable = vm.migration_class is MigrationClass.IMMOVABLE
+                reasons = vm.migration_reasons if immovable else []
+                update["migration_reasons"] = [*reasons, passthrough]
+            vm = vm.model_copy(update=update)
         vms.append(vm)
     return Snapshot(cluster=cluster, taken_at=taken_at, hosts=hosts, vms=vms, in_flight=in_flight)

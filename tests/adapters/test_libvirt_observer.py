@@ -420,7 +420,7 @@ def test_keepalive_only_on_connections_that_cross_a_socket(uri: str, remote: boo
 def test_values_that_make_no_valid_model_make_the_host_unreachable() -> None:
     good: RawVm = (
         "web-1", "11111111-2222-4333-8444-000000000001", 1, 1, True, 2, 1 << 30, 1 << 30,
-        0.5, None, {"app": "web"}, ReconcilerState(), [], None,
+        0.5, None, {"app": "web"}, ReconcilerState(), [], None, [],
     )  # fmt: skip
     bad = (*good[:6], -1024, *good[7:])  # a negative size, say from a domain XML
     facts = {"cpus": 4, "memory_total": 8 << 30}
