@@ -22,6 +22,7 @@ from reconciler.core.capacity import (
     vm_loads,
     weights_of,
 )
+from reconciler.core.movable import copy_bytes, why_fixed
 from reconciler.core.rules import CompiledRules, DomainCounts, compile_rules, domain_of, new_counts
 from reconciler.model.base import Frozen
 from reconciler.model.cluster import Host, effective_migration_limits, effective_reserve
@@ -194,6 +195,7 @@ def build(
         if h is None or not hosts[h].known:
             continue
         vcpus, memory, cpu, mem = vm_loads(vm, spec)
+        fixed = why_fixed(vm, spec)
         shadow = vm.name in vm_index
         info = VmInfo(
             index=len(vms),
@@ -204,8 +206,13 @@ def build(
             cpu_load=cpu,
             mem_load=mem,
             in_flight=vm.name in in_flight,
-            migratable=vm.migratable,
+            migratable=fixed is None,
             shadow=shadow,
+            fixed=fixed or "",
+            copy_bytes=copy_bytes(vm, memory),
+            migration_class=vm.migration_class,
+            disks=tuple(d.target for d in vm.disks if not d.shared),
+            disk_bytes=vm.disk_bytes,
         )
         if not shadow:
             vm_index[vm.name] = info.index
