@@ -16,7 +16,7 @@ from reconciler.model.snapshot import (
 )
 from tests.core.builders import GIB, NOW, desired, host, host_state, snapshot, vm
 
-COPY = {"migration": {"localDisks": "copy"}}
+COPY = {"localDisks": "copy"}
 
 
 def with_disk(base: VmState, allocation: int, *, capacity: int = 100 * GIB) -> VmState:
@@ -63,7 +63,7 @@ def test_copy_bytes_are_memory_plus_disk_allocation_not_capacity() -> None:
 
 
 def test_of_two_equal_moves_the_one_with_less_to_copy_wins() -> None:
-    d = desired([host("a"), host("b")], threshold=10, **COPY)
+    d = desired([host("a"), host("b")], threshold=10, migration=COPY)
     for disk_on, expected in (("a-vm", "b-vm"), ("b-vm", "a-vm")):
         p = run(d, hot(disk_on))
         assert [m.vm for m in p.moves] == [expected]
@@ -72,7 +72,7 @@ def test_of_two_equal_moves_the_one_with_less_to_copy_wins() -> None:
 
 
 def test_a_copy_move_carries_its_disks_and_bytes() -> None:
-    d = desired([host("a", maintenance=True), host("b")], threshold=100, **COPY)
+    d = desired([host("a", maintenance=True), host("b")], threshold=100, migration=COPY)
     p = run(d, [with_disk(vm("x", "a", memory_gib=2), 5 * GIB)])
     (m,) = p.moves
     assert (m.migration_class, m.disks, m.disk_bytes) == (MigrationClass.COPY, ["vda"], 5 * GIB)
@@ -94,7 +94,7 @@ def test_shut_off_vm_moves_cold_only_its_disks_counted() -> None:
     off = with_disk(vm("x", "a", memory_gib=2), 3 * GIB).model_copy(
         update={"state": VmRunState.SHUTOFF, "migration_class": MigrationClass.COLD}
     )
-    d = desired([host("a", maintenance=True), host("b")], threshold=100, **COPY)
+    d = desired([host("a", maintenance=True), host("b")], threshold=100, migration=COPY)
     (m,) = run(d, [off]).moves
     assert m.migration_class is MigrationClass.COLD
     assert m.copy_bytes == 3 * GIB  # nothing of its memory: it is off
@@ -106,7 +106,7 @@ def test_immovable_never_moves_whatever_the_policy() -> None:
     x = with_disk(vm("x", "a"), GIB).model_copy(
         update={"migration_class": MigrationClass.IMMOVABLE, "migration_reasons": ["hostdev"]}
     )
-    d = desired([host("a", maintenance=True), host("b")], threshold=100, **COPY)
+    d = desired([host("a", maintenance=True), host("b")], threshold=100, migration=COPY)
     p = run(d, [x])
     assert not p.moves
     assert "hostdev" in p.unsatisfiable[0].message
