@@ -33,17 +33,20 @@ from typing import Any, Final
 
 import libvirt
 
+from reconciler.adapters.libvirt_cold import cold_move
 from reconciler.adapters.libvirt_connection import (
     ConnectionSettings,
     close_connection,
     is_no_domain,
     open_connection,
 )
+from reconciler.adapters.libvirt_disk_moves import copy_call, copy_time_limit, live_copy
 from reconciler.errors import ConfigError, HostTimeout, HostUnreachable
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
+from reconciler.model.snapshot import MigrationClass
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +191,26 @@ class LibvirtMigrator:
                 hint="plan again against the current cluster.yaml",
             ) from None
 
+    def host_of(self, name: str) -> Host:
+        """The Cluster's host ``name`` (ConfigError when the Cluster has none)."""
+        return self._host(name)
+
     def migrate(
+        self,
+        move: Move,
+        *,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+        uuid: str | None = None,
+    ) -> MigrationResult:
+        """Move ``move.vm`` by its class: live, live with its disks copied, or cold."""
+        if move.migration_class is MigrationClass.COPY:
+            return live_copy(self, move, on_progress=on_progress, abort=abort, uuid=uuid)
+        if move.migration_class is MigrationClass.COLD:
+            return cold_move(self, move, on_progress=on_progress, abort=abort, uuid=uuid)
+        return self.migrate_live(move, on_progress=on_progress, abort=abort, uuid=uuid)
+
+    def migrate_live(
         self,
         move: Move,
         *,
@@ -216,9 +238,10 @@ class LibvirtMigrator:
                 # Migrating to a host we cannot look at would leave the outcome unknowable.
                 refused = f"not started, target {target.name} unreachable: {err}"
                 return self._verify(move, began, src, None, found, _Job(), refused)
-            job = self._run(
-                move, dom, migration_call(self.desired, target), memory, on_progress, abort
-            )
+            call = migration_call(self.desired, target)
+            if move.migration_class is MigrationClass.COPY:
+                call = copy_call(call, self.desired, move)
+            job = self._run(move, dom, call, memory, on_progress, abort)
             error: str | None = None
             if job.abort_reason is not None:
                 error = f"aborted: {job.abort_reason}"
@@ -269,6 +292,11 @@ class LibvirtMigrator:
         tuning = self.desired.policy.spec.migration
         limit = time_limit(self.desired, memory)
         stall_limit = tuning.progress_timeout.total_seconds()
+        reckoned: str | None = None
+        if move.migration_class is MigrationClass.COPY:
+            limit, reckoned = copy_time_limit(self.desired, move, memory)
+            stall = tuning.copy_moves.progress_timeout
+            stall_limit = stall.total_seconds() if stall is not None else stall_limit
         worker = threading.Thread(target=work, name=f"migrate {move.vm}", daemon=True)
         started = time.monotonic()
         worker.start()
@@ -299,6 +327,8 @@ class LibvirtMigrator:
                     f"(timeoutPerGiB {tuning.timeout_per_gib.total_seconds():g}s "
                     f"x {max(1, math.ceil(memory / GIB))} GiB)"
                 )
+                if reckoned is not None:
+                    reason = f"ran past its limit of {limit:g}s ({reckoned})"
             elif now - last_progress > stall_limit:
                 if tuning.post_copy and not job.postcopy and stats.get("memory_total"):
                     job.postcopy, last_progress = True, now

@@ -320,9 +320,9 @@ class Execution:
 
     def _note_where(self, m: Move, r: MigrationResult) -> None:
         """Keep the working snapshot's idea of where the VM runs in step with the result."""
-        if not r.running_on:
+        if not r.running_on and not r.succeeded:
             return
-        host = r.running_on[0]
+        host = r.running_on[0] if r.running_on else m.target  # a cold move runs nowhere
         vms = [
             v.model_copy(update={"host": host}) if v.name == m.vm else v for v in self.snapshot.vms
         ]
