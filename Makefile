@@ -55,7 +55,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from reconciler.adapters import lab as libvirt_lab
-from reconciler.adapters.libvirt_migrator import LibvirtMigrator
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.config import load_desired
 from reconciler.model.base import HostName, VmName
 from reconciler.model.migration import MigrationProgress
@@ -51,7 +51,7 @@ def run(vms: int, rounds: int, parallel: list[int]) -> int:
     try:
         desired = load_desired(lab.cluster_dir)
         calls = _CallTimes()
-        logger = logging.getLogger("reconciler.adapters.libvirt_migrator")
+        logger = logging.getLogger("reconciler.adapters.libvirt.migrator")
         logger.addHandler(calls)
         logger.setLevel(logging.INFO)
         names = [h.name for h in lab.hosts]

@@ -42,7 +42,7 @@ from typing import Any
 import libvirt
 
 from reconciler.adapters import lab as libvirt_lab
-from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster, ClusterSpec, Host
 from reconciler.model.snapshot import Snapshot

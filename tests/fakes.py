@@ -12,12 +12,15 @@ and keeps each domain's reconciler record. Faults are injected by name:
 - ``on_migrate``: a hook run while a migration is in progress (to inject faults mid-move).
 
 Every migration is logged in ``migrations`` with the moves running at its start, so tests can
-check that no limit was ever exceeded.
+check that no limit was ever exceeded. ``host_calls`` counts the calls each host answered (one
+per host observed, one per record, one on each end of a migration), ``observations`` the
+observer's calls.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -103,9 +106,13 @@ class FakeCluster:
         self.max_running = 0
         self.records: list[tuple[str, str, ReconcilerState]] = []
         self.observations = 0
+        self.host_calls: Counter[str] = Counter()
         self._fail: dict[str, str] = {}
         self._lie: set[str] = set()
         self.on_migrate: Callable[[Move], None] | None = None
+        self.copies: dict[str, tuple[str, ReconcilerState]] = {}
+        """VM name -> (host, record) of a shut-off copy a stopped cold move left there."""
+        self.discarded: list[tuple[str, str]] = []
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -157,12 +164,20 @@ class FakeCluster:
         with self.lock:
             self.observations += 1
             wanted = [self.hosts[h] for h in hosts if h in self.hosts]
+            self.host_calls.update(h.name for h in wanted)
             up = {h.name for h in wanted if h.reachable}
+            vms = [self._vm_state(v) for v in self.vms.values() if v.host in up]
+            for name, (host, record) in self.copies.items():
+                if host in up:
+                    copy = self._vm_state(self.vms[name]).model_copy(
+                        update={"host": HostName(host), "reconciler": record}
+                    )
+                    vms.append(copy)
             return Snapshot(
                 cluster=self.name,
                 taken_at=self.clock.now(),
                 hosts=[self._host_state(h) for h in wanted],
-                vms=[self._vm_state(v) for v in self.vms.values() if v.host in up],
+                vms=vms,
             )
 
     def observe(self) -> Snapshot:
@@ -179,6 +194,7 @@ class FakeCluster:
         uuid: str | None = None,
     ) -> MigrationResult:
         with self.lock:
+            self.host_calls.update((move.source, move.target))
             self.migrations.append((move, list(self.running)))
             self.running.append(move)
             self.max_running = max(self.max_running, len(self.running))
@@ -230,12 +246,23 @@ class FakeCluster:
             data_bytes=move.memory,
         )
 
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        with self.lock:
+            self.host_calls[host] += 1
+            if not self.hosts[host].reachable:
+                raise HostUnreachable(f"cannot connect to {host}")
+            if self.copies.get(vm, ("", None))[0] != host or uuid != f"uuid-{vm}":
+                raise HostUnreachable(f"no copy of {vm} on {host}")
+            del self.copies[vm]
+            self.discarded.append((host, vm))
+
     # --- DomainRecorder -------------------------------------------------------------------
 
     def record(
         self, host: str, vm: str, state: ReconcilerState, *, uuid: str | None = None
     ) -> None:
         with self.lock:
+            self.host_calls[host] += 1
             v = self.vms.get(vm)
             if v is not None and uuid is not None and uuid != f"uuid-{v.name}":
                 raise HostUnreachable(f"no domain with UUID {uuid} on {host}")

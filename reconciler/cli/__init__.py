@@ -37,6 +37,7 @@ COMMANDS = (
     "run",
     "propose",
     "history",
+    "impact",
     "completion",
 )
 """One module of ``reconciler.cli`` per command, in the order ``--help`` lists them."""

@@ -11,11 +11,12 @@ itself (its name and hosts), so two state directories on one machine cannot both
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,10 +26,12 @@ from reconciler.cli.common import DEFAULT_REPO_FOLDER, cluster_folder, status_st
 from reconciler.errors import TerminalError
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan, Reason
+from reconciler.model.policy import Basis
 
 if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.ports import DesiredSource, Hold
+    from reconciler.engine.recovery import Recovery
     from reconciler.engine.round import RoundPorts
     from reconciler.engine.triggers import Wakeup
 
@@ -91,7 +94,7 @@ def build_source(args: argparse.Namespace, *, actor: str | None = None) -> Desir
     """The folder, or the state repository's branch with ``--repo``."""
     if getattr(args, "repo", None):
         # imported here: GitPython needs the git binary at import, commands without --repo do not
-        from reconciler.adapters.git_repo import GitStateRepo
+        from reconciler.adapters.git.repo import GitStateRepo
         from reconciler.engine.sources import RepoSource
 
         repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
@@ -105,7 +108,7 @@ def build_source(args: argparse.Namespace, *, actor: str | None = None) -> Desir
             audit_branch=getattr(args, "audit_branch", None),
             display=repo.display_url,
         )
-    from reconciler.adapters.text_file import TextFile
+    from reconciler.adapters.files.text import TextFile
     from reconciler.engine.sources import FolderSource
 
     path = cluster_folder(args.path)
@@ -125,8 +128,8 @@ def build_hold(
     """The hold on ``desired``'s cluster for ``command``, not yet taken."""
     import threading
 
-    from reconciler.adapters.lease_file import FileLease, cluster_lock_path
-    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.adapters.files.lock import FileLease, cluster_lock_path
+    from reconciler.adapters.files.status import default_state_dir
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.triggers import Wakeup
 
@@ -137,7 +140,7 @@ def build_hold(
     if coordination:
         lease = _tooz_lease(coordination, cluster, identity, command)
     elif getattr(args, "repo", None):
-        from reconciler.adapters.lease_git import GitLease
+        from reconciler.adapters.git.lease import GitLease
 
         base = state_dir or getattr(args, "state_dir", None) or default_state_dir()
         lease = GitLease(
@@ -164,7 +167,7 @@ def _identity(command: str) -> str:
 
 
 def _tooz_lease(url: str, cluster: str, identity: str | None, command: str) -> Any:
-    from reconciler.adapters.lease_tooz import ToozLease
+    from reconciler.adapters.etcd.lease import ToozLease
 
     return ToozLease(url, cluster, identity=identity or _identity(command))
 
@@ -182,6 +185,7 @@ def take_hold(keeper: LeaseKeeper, cluster: str, timeout: float) -> None:
     )
 
 
+@contextlib.contextmanager
 def round_ports(
     args: argparse.Namespace,
     desired: DesiredState,
@@ -189,25 +193,107 @@ def round_ports(
     source: DesiredSource | None,
     hold: Hold | None,
     state_dir: Path | None = None,
-) -> RoundPorts:
-    """The real adapters behind the round's ports; libvirt is imported only here."""
-    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
-    from reconciler.adapters.libvirt_migrator import LibvirtMigrator
-    from reconciler.adapters.libvirt_recorder import LibvirtRecorder
+) -> Iterator[RoundPorts]:
+    """The real adapters behind the round's ports; libvirt is imported only here.
+
+    The observer, the migrator and the recorder share one connection per host, opened on
+    first use and closed when the ``with`` block ends (the command, or one round of ``run``).
+    """
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+    from reconciler.adapters.libvirt.connection import ConnectionSettings
+    from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+    from reconciler.adapters.libvirt.observe_host import KEEPALIVE_COUNT
+    from reconciler.adapters.libvirt.observer import observe_settings
+    from reconciler.adapters.libvirt.pool import ConnectionPool
+    from reconciler.adapters.libvirt.recorder import LibvirtRecorder
     from reconciler.cli.common import observe_overrides
     from reconciler.engine.round import RoundPorts
 
     if state_dir is not None:
         args = argparse.Namespace(**{**vars(args), "state_dir": state_dir})
-    return RoundPorts(
-        observer=LibvirtClusterObserver(desired.cluster, **observe_overrides(args)),
-        migrator=LibvirtMigrator(desired),
-        recorder=LibvirtRecorder(desired.cluster),
-        status=status_store(args, desired.cluster.metadata.name),
+    overrides = observe_overrides(args)
+    if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
+        # on basis allocated no decision reads a CPU reading: no pause for a second sample
+        overrides["sample_interval"] = 0
+    observe = observe_settings(
+        desired.cluster,
+        **{k: v for k, v in overrides.items() if k in ("connect_timeout", "call_timeout")},
+    )
+    # the observer's timeouts for every connection: keepalive fails a call on a host that
+    # stopped answering within about the call timeout, as the observer's own connections do
+    settings = ConnectionSettings(
+        connect_timeout=observe.connect_timeout,
+        keepalive_interval=max(1, round(observe.call_timeout / (KEEPALIVE_COUNT + 1))),
+        keepalive_count=KEEPALIVE_COUNT,
+    )
+    pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
+    try:
+        yield RoundPorts(
+            observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+            migrator=LibvirtMigrator(desired, connection=settings, pool=pool),
+            recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
+            status=status_store(args, desired.cluster.metadata.name),
+            clock=SystemClock(),
+            source=source,
+            hold=hold,
+        )
+    finally:
+        pool.close()
+
+
+def build_recovery(
+    desired: DesiredState,
+    *,
+    state_dir: Path | None,
+    source: DesiredSource | None,
+    on_fence: Callable[[str, str], None],
+) -> Recovery:
+    """Dead-host recovery over libvirt, the fence commands and the state directory."""
+    from reconciler.adapters.files.recovery import FileRecoveryStore
+    from reconciler.adapters.libvirt.restarter import LibvirtRestarter
+    from reconciler.adapters.processes.fence import CommandFencer
+    from reconciler.engine.recovery import Recovery, RecoveryPorts
+
+    cluster = desired.cluster.metadata.name
+    ports = RecoveryPorts(
+        fencer=CommandFencer(),
+        restarter=LibvirtRestarter(desired.cluster),
+        store=FileRecoveryStore(cluster, state_dir),
         clock=SystemClock(),
         source=source,
-        hold=hold,
+        on_fence=lambda host, outcome: on_fence(host, outcome.value),
     )
+    return Recovery(cluster, ports)
+
+
+def recover(
+    recovery: Recovery,
+    desired: DesiredState,
+    snapshot: Any,
+    status: Any,
+    *,
+    act: bool,
+    wakeup: Wakeup,
+) -> Any:
+    """One recovery step after a round; wakes the loop when a host's grace or backoff ends."""
+    import logging
+    import threading
+
+    from reconciler.engine.recovery import with_recovered
+    from reconciler.errors import ReconcilerError
+
+    try:
+        report = recovery.step(desired, snapshot, act=act, status=status)
+    except ReconcilerError as err:
+        logging.getLogger(__name__).error("recovery step failed: %s", err)
+        return status
+    now = SystemClock().now()
+    if report.waiting:
+        delay = max(0.5, (min(report.waiting.values()) - now).total_seconds() + 0.1)
+        timer = threading.Timer(delay, wakeup.trigger, args=("recovery",))
+        timer.daemon = True
+        timer.start()
+    return with_recovered(status, report, now)
 
 
 def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:

@@ -10,10 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from reconciler.cli import acting, apply_view
@@ -29,6 +26,7 @@ from reconciler.cli.common import (
     add_repo_arguments,
     add_state_dir_argument,
 )
+from reconciler.cli.signals import Signals
 from reconciler.errors import ReconcilerError, TerminalError
 from reconciler.model.plan import Plan
 from reconciler.model.status import TRIGGERS, MoveOutcome
@@ -86,40 +84,7 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-class _Signals:
-    """First SIGINT/SIGTERM: stop starting moves; second: abort the running ones.
-
-    Before anything runs (observing, planning, the confirmation prompt) a signal simply ends
-    the command, as KeyboardInterrupt.
-    """
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.abort = threading.Event()
-        self.received: int | None = None
-        self.acting = False
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
-        if not self.acting:
-            self.received = signum
-            raise KeyboardInterrupt
-        if self.stop.is_set():
-            self.abort.set()
-        self.received = self.received or signum
-        self.stop.set()
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-
-
-def _confirm(args: argparse.Namespace, plan: Plan, signals: _Signals) -> bool:
+def _confirm(args: argparse.Namespace, plan: Plan, signals: Signals) -> bool:
     signals.acting = _asked(args, plan)
     return signals.acting
 
@@ -169,7 +134,7 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
     loaded = source.load()
     desired = loaded.desired
     name = desired.cluster.metadata.name
-    signals = _Signals()
+    signals = Signals(interrupt_before_acting=True)
     view = apply_view.View(json_output=args.format == "json", placement=desired.placement.spec.vms)
     keeper = None
     if not args.dry_run:  # a look holds nothing; acting holds the cluster from plan to record
@@ -177,27 +142,27 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
         acting.take_hold(keeper, name, args.lock_timeout)
     try:
         with signals.installed():
-            ports = acting.round_ports(args, desired, source=source, hold=keeper)
-            try:
-                report = run_round(
-                    desired,
-                    ports,
-                    act=True,
-                    holds=not args.dry_run,
-                    trigger="manual",
-                    revision=loaded.revision,
-                    audit_trigger=_trigger(args, loaded.merge),
-                    confirm=lambda plan: _confirm(args, plan, signals),
-                    stop=signals.stop,
-                    abort=signals.abort,
-                    on_event=view.event,
-                    on_plan=view.plan,
-                )
-            except (ReconcilerError, KeyboardInterrupt):
-                view.close()
-                if signals.received == signal.SIGTERM:
-                    return EXIT_SIGTERM, 0, 0
-                raise
+            with acting.round_ports(args, desired, source=source, hold=keeper) as ports:
+                try:
+                    report = run_round(
+                        desired,
+                        ports,
+                        act=True,
+                        holds=not args.dry_run,
+                        trigger="manual",
+                        revision=loaded.revision,
+                        audit_trigger=_trigger(args, loaded.merge),
+                        confirm=lambda plan: _confirm(args, plan, signals),
+                        stop=signals.stop,
+                        abort=signals.abort,
+                        on_event=view.event,
+                        on_plan=view.plan,
+                    )
+                except (ReconcilerError, KeyboardInterrupt):
+                    view.close()
+                    if signals.received == signal.SIGTERM:
+                        return EXIT_SIGTERM, 0, 0
+                    raise
             view.close()
     finally:
         if keeper is not None:

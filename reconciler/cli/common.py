@@ -12,8 +12,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import config
-from reconciler.adapters import history_file, snapshot_file
-from reconciler.adapters.status_file import FileStatusStore
+from reconciler.adapters.files import history as history_file
+from reconciler.adapters.files import snapshot as snapshot_file
+from reconciler.adapters.files.status import FileStatusStore
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
 from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
@@ -37,7 +38,7 @@ EXIT_SIGTERM = 143
 LAB_DIR = Path(".lab")
 
 if TYPE_CHECKING:
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
@@ -199,7 +200,7 @@ def observe_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def observe_live(cluster: Cluster, **overrides: Any) -> Snapshot:
     """Observe ``cluster`` live; libvirt is imported here: validate and offline plans need none."""
     try:
-        from reconciler.adapters import libvirt_observer
+        from reconciler.adapters.libvirt import observer as libvirt_observer
     except ImportError as err:
         raise TerminalError(
             f"observing the hosts needs the libvirt Python bindings: {err}",
@@ -225,7 +226,8 @@ def add_snapshot_argument(p: argparse.ArgumentParser) -> None:
         "--snapshot",
         type=Path,
         metavar="FILE",
-        help="work offline from a saved snapshot (observe --format json) instead of observing",
+        help="work offline from a saved snapshot (observe --format json) instead of observing "
+        "the hosts (impact: instead of the latest on reconciler/observed/<cluster>)",
     )
 
 
@@ -324,21 +326,19 @@ def add_now_argument(p: argparse.ArgumentParser, what: str, *, decides: str = ""
     )
 
 
-def add_repo_arguments(p: argparse.ArgumentParser) -> None:
+REPO_HELP = (
+    "read the desired state from this git repository (a path, file://, ssh:// or https:// URL); "
+    "PATH is then the cluster folder inside it (default: cluster-state)"
+)
+CACHE_DIR_HELP = "where the clone is kept (default: $XDG_CACHE_HOME/reconciler/<hash of URL>)"
+
+
+def add_repo_arguments(p: argparse.ArgumentParser, *, branch: bool = True) -> None:
     """--repo, --branch, --cache-dir: read the desired state from a git repository."""
-    p.add_argument(
-        "--repo",
-        metavar="URL",
-        help="read the desired state from this git repository (a path, file://, ssh:// or "
-        "https:// URL); PATH is then the cluster folder inside it (default: cluster-state)",
-    )
-    p.add_argument("--branch", default="main", metavar="NAME", help="branch (default: main)")
-    p.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="where the clone is kept (default: $XDG_CACHE_HOME/reconciler/<hash of URL>)",
-    )
+    p.add_argument("--repo", metavar="URL", help=REPO_HELP)
+    if branch:
+        p.add_argument("--branch", default="main", metavar="NAME", help="branch (default: main)")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR", help=CACHE_DIR_HELP)
 
 
 @dataclass(frozen=True)
@@ -359,7 +359,7 @@ class StateCheckout:
 def checkout_state(args: argparse.Namespace) -> StateCheckout:
     """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
     # imported here: GitPython needs the git binary at import, commands without --repo do not
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
 
     repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
     repo.fetch()

@@ -84,7 +84,7 @@ def _set(args: argparse.Namespace, maintenance: bool) -> bool:
         return _set_in_repo(args, maintenance)
     if args.propose:
         raise ConfigError("--propose needs --repo URL", hint="pass the state repository's URL")
-    from reconciler.adapters.text_file import rewrite_file
+    from reconciler.adapters.files.text import rewrite_file
 
     folder = cluster_folder(args.path)
     path = folder / "cluster.yaml"
@@ -118,7 +118,7 @@ def _edited(folder: Path, text: str, host: str, maintenance: bool) -> str:
 
 def _set_in_repo(args: argparse.Namespace, maintenance: bool) -> bool:
     """The edit as a commit on --branch, or as a proposal branch and its pull request."""
-    from reconciler.adapters.git_repo import GitStateRepo
+    from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.engine.audit import ACTOR_TRAILER, TRIGGER_TRAILER
     from reconciler.errors import PushRejected
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reconciler.adapters import snapshot_file
+from reconciler.adapters.files import snapshot as snapshot_file
 from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,

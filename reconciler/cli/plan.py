@@ -22,7 +22,8 @@ from reconciler.cli.common import (
     snapshot_for,
     usage_errors_exit_1,
 )
-from reconciler.core import planner
+from reconciler.core import planner, whatif
+from reconciler.errors import ConfigError
 from reconciler.report import plan_json, plan_markdown, plan_patch, plan_table
 
 PLAN_FORMATS = ("table", "json", "patch", "markdown")
@@ -67,6 +68,20 @@ def register(sub: Subparsers) -> None:
         help="table for people (default), json: the whole plan, patch: an RFC 6902 JSON Patch "
         "of the Placement document, markdown: for a pull-request comment",
     )
+    whatif = p.add_argument_group("what-if", "plan a changed cluster without editing it")
+    whatif.add_argument(
+        "--without-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="as if this host were gone: its VMs need a place elsewhere (repeatable)",
+    )
+    whatif.add_argument(
+        "--add-host", metavar="NAME", help="as if an empty host NAME were added (with --like)"
+    )
+    whatif.add_argument(
+        "--like", metavar="HOST", help="the host whose capacity and labels --add-host copies"
+    )
     add_now_argument(p, "plan", decides="cooldowns and minUptime")
     usage_errors_exit_1(p)
     add_repo_arguments(p)
@@ -77,6 +92,18 @@ def run(args: argparse.Namespace) -> int:
     desired = load_desired(args)
     snapshot = snapshot_for(args, desired)
     history, status = history_for(args, desired.cluster.metadata.name)
+    # drain runs this with its own arguments: the what-ifs are plan's alone
+    add_host, like = getattr(args, "add_host", None), getattr(args, "like", None)
+    without: list[str] = getattr(args, "without_host", None) or []
+    if (add_host is None) != (like is None):
+        raise ConfigError("--add-host NAME and --like HOST go together", hint="give both")
+    try:
+        if add_host is not None and like is not None:
+            desired, snapshot = whatif.add_host_like(desired, snapshot, add_host, like)
+        if without:
+            desired = whatif.without_hosts(desired, without)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     now: datetime = args.now or datetime.now(UTC)
     result = planner.plan(desired, snapshot, history, now=now)
     if args.format == "json":

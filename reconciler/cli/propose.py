@@ -110,7 +110,7 @@ def open_forge_of(args: argparse.Namespace) -> Any:
     forge = forge_of(args)
     if forge == "none":
         return None
-    from reconciler.adapters.forges import open_forge
+    from reconciler.adapters.forges.clients import open_forge
 
     token = os.environ.get(TOKEN_ENV)
     if not token:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from reconciler.cli import acting
@@ -27,10 +25,12 @@ from reconciler.cli.common import (
     add_state_dir_argument,
     positive_float,
 )
+from reconciler.cli.signals import Signals
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
-    from reconciler.engine.loop import Loop
+    from reconciler.model.desired import DesiredState
     from reconciler.model.policy import BalancePolicy
+    from reconciler.model.snapshot import Snapshot
     from reconciler.model.status import ReconcileStatus
 
 log = logging.getLogger(__name__)
@@ -78,26 +78,13 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-class _Signals:
-    """First SIGTERM/SIGINT: stop the loop (no new move); second: abort running migrations."""
-
-    def __init__(self, loop: Loop, abort: threading.Event) -> None:
-        self.loop = loop
-        self.abort = abort
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
-        if self.loop.stopping:
-            self.abort.set()
-        self.loop.stop()
-
-
 DESIRED_CHANGES = ("desired-state-changed", "webhook")
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.adapters.http_server import HttpServer, parse_listen
-    from reconciler.adapters.status_file import default_state_dir
+    from reconciler.adapters.files.status import default_state_dir
+    from reconciler.adapters.http.server import HttpServer, parse_listen
+    from reconciler.cli import observations
     from reconciler.cli import propose as propose_command
     from reconciler.core.windows import mode_now
     from reconciler.engine import logs, triggers
@@ -127,6 +114,19 @@ def run(args: argparse.Namespace) -> int:
     )
     clock = acting.SystemClock()
     last: list[RoundReport | None] = [None]
+    recorder = observations.Recorder.of(source, state_dir, cluster)
+    recovery = acting.build_recovery(
+        first, state_dir=state_dir, source=source, on_fence=metrics.record_fence
+    )
+
+    def recover(
+        desired: DesiredState, snapshot: Snapshot, status: ReconcileStatus
+    ) -> ReconcileStatus:
+        act = desired.policy.spec.mode is Mode.APPLY and keeper.confirm()
+        new: ReconcileStatus = acting.recover(
+            recovery, desired, snapshot, status, act=act, wakeup=wakeup
+        )
+        return new
 
     def load_policy() -> BalancePolicy:
         current[0] = source.load()
@@ -135,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
     def run_one(trigger: str, act: bool) -> ReconcileStatus:
         loaded = current[0]
         desired = loaded.desired
-        ports = acting.round_ports(args, desired, source=source, hold=keeper, state_dir=state_dir)
 
         def window() -> str | None:
             if mode_now(desired.policy, clock.now()) is Mode.APPLY:
@@ -144,21 +143,26 @@ def run(args: argparse.Namespace) -> int:
 
         changed = any(t in trigger.split("+") for t in DESIRED_CHANGES)
         last[0] = None
-        report = run_round(
-            desired,
-            ports,
-            act=act,
-            holds=True,
-            trigger=trigger,
-            revision=loaded.revision,
-            audit_trigger=acting.audit_trigger(trigger, merge=changed),
-            confirm=lambda plan: keeper.confirm(),
-            gate=window,
-            stop=stop,
-            abort=abort,
-            on_plan=metrics.record_observation,
-        )
+        with acting.round_ports(
+            args, desired, source=source, hold=keeper, state_dir=state_dir
+        ) as ports:
+            ports.recovery = recover
+            report = run_round(
+                desired,
+                ports,
+                act=act,
+                holds=True,
+                trigger=trigger,
+                revision=loaded.revision,
+                audit_trigger=acting.audit_trigger(trigger, merge=changed),
+                confirm=lambda plan: keeper.confirm(),
+                gate=window,
+                stop=stop,
+                abort=abort,
+                on_plan=metrics.record_observation,
+            )
         last[0] = report
+        recorder.after_round(report.snapshot, desired.policy, clock.now())
         return report.status
 
     def propose() -> None:
@@ -201,6 +205,15 @@ def run(args: argparse.Namespace) -> int:
                 "reason": "HoldKeeperFailed",
                 "message": f"the hold on the cluster is no longer kept: {keeper.failure}",
             }
+        failing = recovery.last.fence_failing
+        if failing:
+            return False, {
+                "state": "failed",
+                "reason": "FenceFailed",
+                "message": "; ".join(f"fencing {h} failed: {d}" for h, d in failing.items())
+                + ": its VMs are not restarted",
+                "hosts": sorted(failing),
+            }
         return loop.health.healthy, loop.health.report()
 
     server = None
@@ -220,17 +233,16 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(source, RepoSource)
         else triggers.FolderWatcher(acting.source_folder(source), wakeup)
     )
-    handler = _Signals(loop, abort)
-    old = {s: signal.signal(s, handler.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    # the loop's own stop event, not the round's: a standby taking the lease clears that one
+    signals = Signals(abort=abort, on_stop=loop.stop)
     try:
-        if server is not None:
-            server.start()
-        watcher.start()
-        keeper.start()
-        loop.run()
+        with signals.installed():
+            if server is not None:
+                server.start()
+            watcher.start()
+            keeper.start()
+            loop.run()
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         watcher.stop()
         if server is not None:
             server.stop()

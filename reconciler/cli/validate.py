@@ -76,7 +76,7 @@ def _post_status(args: argparse.Namespace, valid: bool, errors: int, warnings: i
     """
     import os
 
-    from reconciler.adapters.forges import open_forge
+    from reconciler.adapters.forges.clients import open_forge
 
     token = os.environ.get(TOKEN_ENV)
     try:

@@ -126,8 +126,10 @@ def _desired(state: _Folder) -> tuple[DesiredState, Sources] | None:
     desired = DesiredState.model_validate(parts)
     rules = state.models.get("PlacementRules")
     placement = state.models.get("Placement")
+    policy = state.models.get("BalancePolicy")
     sources = Sources(
         cluster=cluster[1],
+        policy=policy[1] if policy else None,
         rules=rules[1] if rules else None,
         placement=placement[1] if placement else None,
     )

@@ -19,6 +19,7 @@ from reconciler.config.findings import Finding
 from reconciler.model.audit import MoveHistory
 from reconciler.model.cluster import Cluster
 from reconciler.model.history import History
+from reconciler.model.impact import Impact
 from reconciler.model.placement import Placement
 from reconciler.model.plan import PlaceResult, Plan
 from reconciler.model.policy import BalancePolicy
@@ -40,6 +41,7 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "history": History,
     "status": ReconcileStatus,
     "movehistory": MoveHistory,
+    "impact": Impact,
 }
 """Schema name (the file is ``<name>.json``) -> model."""
 

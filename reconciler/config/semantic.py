@@ -45,6 +45,7 @@ class Sources:
     cluster: Document
     rules: Document | None = None
     placement: Document | None = None
+    policy: Document | None = None
 
 
 def _finding(
@@ -600,4 +601,7 @@ CHECKS: tuple[Callable[[DesiredState, Sources], list[Finding]], ...] = (
 
 def semantic_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Every cross-document problem of one cluster."""
-    return [finding for check in CHECKS for finding in check(desired, src)]
+    from reconciler.config.recovery_checks import recovery_findings
+
+    found = [finding for check in CHECKS for finding in check(desired, src)]
+    return found + recovery_findings(desired, src.policy)

@@ -7,7 +7,7 @@ the indentation is not recorded by it, so it is found by trying the usual layout
 reproduces the original text exactly.
 
 Pure functions, text in, text out: the engine edits text read from git with them, and
-``reconciler.adapters.yaml_edit`` applies them to files.
+``reconciler.adapters.files.text`` applies them to files.
 """
 
 from __future__ import annotations

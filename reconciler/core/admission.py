@@ -179,7 +179,7 @@ def _counted_once(
     """``snapshot`` with each VM in flight seen once, on its source: the move in progress puts
     it on its target, so the incoming copy must not be counted there as well."""
     sources = {m.vm: m.source for m in [*in_progress, *foreign]}
-    doubled = {n for n, s in sightings.items() if len(s) > 1 and n in sources}
+    doubled = {n for n, s in sightings.items() if len({v.host for v in s}) > 1 and n in sources}
     if not doubled:
         return snapshot
     vms = [v for v in snapshot.vms if v.name not in doubled or v.host == sources[v.name]]

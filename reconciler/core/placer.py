@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from reconciler.core import headroom
 from reconciler.core.feasibility import check_move, preferred_delta
 from reconciler.core.state import NewVm, build
 from reconciler.model.desired import DesiredState
@@ -41,11 +42,20 @@ def place(
     candidates: list[Candidate] = []
     best: tuple[int, int, float, str] | None = None
     best_host: str | None = None
+    k = desired.policy.spec.recovery.reserve_hosts
+    limit = float(desired.policy.spec.host_limit)
     for host in model.hosts:
         refusal = check_move(state, v, host.index)
         if refusal is not None:
             candidates.append(Candidate(host=host.name, fits=False, reasons=[refusal.text]))
             continue
+        if k:
+            state.move(v, host.index)
+            room = headroom.problem(headroom.bins(model, state, limit), k)
+            state.move(v, -1)
+            if room is not None:
+                candidates.append(Candidate(host=host.name, fits=False, reasons=[room]))
+                continue
         after = state.score_with(host.index, v, 1)
         breaks, repairs = preferred_delta(state, v, host.index)
         reasons = [f"breaks {breaks} preferred rule(s)"] if breaks else []

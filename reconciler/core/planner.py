@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from reconciler.core import headroom
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
@@ -27,7 +28,14 @@ from reconciler.core.waves import assign_waves
 from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
-from reconciler.model.plan import ArchSpread, HostLoad, Move, Plan, Unsatisfiable
+from reconciler.model.plan import (
+    ArchSpread,
+    HostLoad,
+    Move,
+    Plan,
+    Unsatisfiable,
+    UnsatisfiableCode,
+)
 from reconciler.model.policy import Drift
 from reconciler.model.snapshot import Snapshot, VmState
 
@@ -89,7 +97,7 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
     placement.update(mandatory.adopted)
     for m in moves:
         placement[m.vm] = m.target
-    problems = _dedupe(mandatory.problems)
+    problems = _dedupe(mandatory.problems + _headroom(model, state, desired))
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
     proposed = dict(sorted(placement.items()))
@@ -108,6 +116,18 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         placement=proposed,
         optimal=optimal,
     )
+
+
+def _headroom(model: Model, after: State, desired: DesiredState) -> list[Unsatisfiable]:
+    """N+k: the cluster after the plan keeps room for the VMs of any reserveHosts hosts."""
+    spec = desired.policy.spec
+    k = spec.recovery.reserve_hosts
+    if not k:
+        return []
+    found = headroom.problem(headroom.bins(model, after, float(spec.host_limit)), k)
+    if found is None:
+        return []
+    return [Unsatisfiable(code=UnsatisfiableCode.HEADROOM, message=found)]
 
 
 def _drift_targets(model: Model, state: State, desired: DesiredState) -> dict[int, int]:

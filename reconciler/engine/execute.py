@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from reconciler.core.admission import Verdict, admit
+from reconciler.core.admission import Admission, Verdict, admit
 from reconciler.engine.ports import (
     Clock,
     DomainRecorder,
@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 """How often the queue wakes while migrations run, to notice a stop request."""
+FRESH_FOR = timedelta(seconds=10)
+"""An observation this recent admits the first wave without a second look at its hosts; an
+older one (a person took time to confirm the plan) is looked at again like any later pass."""
 
 
 Gate = Callable[[], "str | None"]
@@ -75,9 +78,9 @@ def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
     seen = {h.name for h in fresh.hosts}
     hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
     vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
-    counts: dict[str, list[str]] = {}
+    counts: dict[str, set[str]] = {}
     for v in vms:
-        counts.setdefault(v.name, []).append(v.host)
+        counts.setdefault(v.name, set()).add(v.host)
     uuids: dict[str, str] = {v.name: v.uuid for v in vms}
     # a VM seen on two hosts of the merged view is in flight, whoever started the migration
     in_flight = [
@@ -118,12 +121,14 @@ class Execution:
         self.results: dict[str, MoveResult] = {}
         self.started_at: dict[str, datetime] = {}
         self._waiting: dict[str, str] = {}
+        self._first_pass = True
 
     def run(self) -> list[MoveResult]:
         order = [m.vm for m in self.pending]
         parallel = max(1, self.desired.policy.spec.parallel.cluster)
         running: dict[Future[MigrationResult], Move] = {}
         changed = True  # limits and room change only when a migration ends
+        rechecked = False
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
             while self.pending or running:
                 closed = self.gate() if self.gate is not None and self.pending else None
@@ -142,6 +147,12 @@ class Execution:
                             continue
                         self._start(pool, running, m)
                 if not running:
+                    if self.pending and not rechecked:
+                        # before giving up, one fresh look at every pending move's hosts: what
+                        # held them (a migration seen in flight) may be over by now
+                        rechecked = changed = True
+                        self._fresh({h for m in self.pending for h in _ends(m)})
+                        continue
                     if self.pending:  # nothing runs and nothing may start: it never will
                         for m, why in self._blocked():
                             self._skip(m, "Blocked", why)
@@ -151,27 +162,51 @@ class Execution:
                 for future in done:
                     self._finish(running.pop(future), future)
                 changed = bool(done)
+                rechecked = rechecked and not done
         return [self.results[vm] for vm in order if vm in self.results]
 
     # --- admission ------------------------------------------------------------------------
 
-    def _fresh(self, hosts: set[HostName]) -> Snapshot:
+    def _fresh(self, hosts: set[HostName]) -> None:
         try:
             fresh = self.ports.observer.observe_hosts(sorted(hosts))
         except ReconcilerError as err:
             log.warning("fresh look at %s failed: %s", ", ".join(sorted(hosts)), err)
-            return self.snapshot
+            return
         self.snapshot = merged(self.snapshot, fresh)
-        return self.snapshot
 
     def _admitted(self, running: list[Move]) -> list[Move]:
-        """Pending moves that may start now; stale ones are skipped on the way."""
+        """Pending moves that may start now; stale ones are skipped on the way.
+
+        The pending moves are judged against the working snapshot first; the two hosts of
+        each move that would start are then looked at afresh and every pending move judged
+        again, until every move to start has had its hosts looked at in this pass. Only the
+        first pass, right after the round's own observation, starts without a second look.
+        """
         if not self.pending:
             return []
-        hosts = {h for m in self.pending for h in (m.source, m.target)}
-        hosts |= {h for m in running for h in (m.source, m.target)}
-        snapshot = self._fresh(hosts)
-        verdicts = admit(self.desired, snapshot, self.pending, running, self.ports.clock.now())
+        verdicts = self._judge(running)
+        if self._first_pass_fresh():
+            return self._settle(verdicts)
+        looked: set[HostName] = set()
+        while True:
+            hosts = {h for a in verdicts if a.verdict is Verdict.ADMIT for h in _ends(a.move)}
+            if hosts <= looked:
+                return self._settle(verdicts)
+            looked |= hosts
+            self._fresh(hosts)
+            verdicts = self._judge(running)
+
+    def _first_pass_fresh(self) -> bool:
+        """The first pass, on an observation taken within ``FRESH_FOR``: no second look."""
+        first, self._first_pass = self._first_pass, False
+        return first and self.ports.clock.now() - self.snapshot.taken_at <= FRESH_FOR
+
+    def _judge(self, running: list[Move]) -> list[Admission]:
+        return admit(self.desired, self.snapshot, self.pending, running, self.ports.clock.now())
+
+    def _settle(self, verdicts: list[Admission]) -> list[Move]:
+        """Skip the stale moves, keep the waiting ones pending; the admitted ones to start."""
         start: list[Move] = []
         keep: list[Move] = []
         for a in verdicts:
@@ -323,9 +358,13 @@ class Execution:
         if not r.running_on and not r.succeeded:
             return
         host = r.running_on[0] if r.running_on else m.target  # a cold move runs nowhere
-        vms = [
-            v.model_copy(update={"host": host}) if v.name == m.vm else v for v in self.snapshot.vms
-        ]
+        vms, seen = [], False
+        for v in self.snapshot.vms:
+            if v.name != m.vm:
+                vms.append(v)
+            elif not seen:  # one sighting, where it runs: a stale copy is no migration
+                vms.append(v.model_copy(update={"host": host}))
+                seen = True
         self.snapshot = self.snapshot.model_copy(update={"vms": vms})
 
     def _skip(self, m: Move, code: str, message: str) -> None:
@@ -348,6 +387,10 @@ class Execution:
         )
         self.results[m.vm] = result
         self.on_event(Event("skip", m, result=result))
+
+
+def _ends(m: Move) -> tuple[HostName, HostName]:
+    return m.source, m.target
 
 
 def _first_per_vm(moves: Sequence[Move]) -> list[Move]:

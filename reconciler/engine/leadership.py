@@ -101,7 +101,7 @@ class LeaseKeeper:
             ok = False
         now = self._monotonic()
         with self._lock:
-            was = self._held and now - self._last_renewed < self.renew_deadline
+            was = self._held  # what this keeper last told: a lapse is reported as a loss below
             if ok:
                 self._last_renewed = began
                 self._held = True

@@ -45,6 +45,12 @@ class Metrics:
             ["cluster", "outcome"],
             registry=r,
         )
+        self.fences = Counter(
+            "reconciler_fence_total",
+            "Fence commands run, by host and result (ok, failed, timeout).",
+            ["cluster", "host", "result"],
+            registry=r,
+        )
         self.spread = Gauge(
             "reconciler_spread",
             "Max - min host score within one CPU architecture, percent.",
@@ -101,6 +107,9 @@ class Metrics:
         for outcome in MoveOutcome:
             self.migrations.labels(cluster, outcome.value)
         self.leader.labels(cluster).set(0)
+
+    def record_fence(self, host: str, result: str) -> None:
+        self.fences.labels(self.cluster, host, result).inc()
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(self.cluster).set(1 if leader else 0)

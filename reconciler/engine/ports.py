@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from reconciler.model.acting import Loaded, Record, Recorded
-from reconciler.model.audit import PullRequest, RepoCommit
+from reconciler.model.audit import Comment, PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import ReconcilerState, Snapshot
@@ -65,6 +65,11 @@ class Migrator(Protocol):
         Blocks until the job ends; setting ``abort`` aborts the job (the VM stays on the
         source). Never raises for a failed migration: the result says what happened.
         """
+        ...
+
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        """Remove the shut-off copy of ``vm`` (definition and copied volumes) that a cold move
+        stopped midway left on ``host``; ReconcilerError when it cannot be removed."""
         ...
 
 
@@ -224,3 +229,17 @@ class Forge(Protocol):
     ) -> None:
         """A commit status: state is success, failure, pending or error."""
         ...
+
+
+class CommentThread(Protocol):
+    """The comments of a pull request on a forge; every method raises ForgeError on failure."""
+
+    body_limit: int
+
+    def comments(self, number: int) -> list[Comment]:
+        """Every comment of pull request ``number``, oldest first."""
+        ...
+
+    def comment(self, number: int, body: str) -> None: ...
+
+    def update_comment(self, number: int, comment_id: int, body: str) -> None: ...

@@ -67,6 +67,9 @@ class RoundPorts:
     """Where the round's record goes when it acted (placement edit or audit commit)."""
     hold: Hold | None = None
     """The caller's hold on the cluster: no migration starts once it is not valid."""
+    recovery: Callable[[DesiredState, Snapshot, ReconcileStatus], ReconcileStatus] | None = None
+    """Run after the round on its observation, when it holds (dead-host recovery); returns
+    the status with what it did."""
 
 
 @dataclass
@@ -141,9 +144,23 @@ def run_round(
         if report.acted and ports.source is not None and report.plan is not None:
             chosen = audit_trigger(report.plan) if audit_trigger is not None else trigger
             _leave_record(desired, ports.source, report, revision, chosen)
+        if ports.recovery is not None and report.snapshot is not None and report.counted:
+            after = _after_moves(report.snapshot, report.results)
+            report.status = ports.recovery(desired, after, report.status)
         if report.counted:
             ports.status.save(report.status)
     return report
+
+
+def _after_moves(snapshot: Snapshot, results: list[MoveResult]) -> Snapshot:
+    """``snapshot`` with the VMs this round moved on their targets."""
+    moved = {r.vm: r.target for r in results if r.outcome is MoveOutcome.SUCCEEDED}
+    if not moved:
+        return snapshot
+    vms = [
+        v.model_copy(update={"host": moved[v.name]}) if v.name in moved else v for v in snapshot.vms
+    ]
+    return snapshot.model_copy(update={"vms": vms})
 
 
 SKEW_TOLERANCE = timedelta(minutes=5)
@@ -327,6 +344,8 @@ def _write_resolutions(ports: RoundPorts, resolutions: list[intents.Resolution])
     for r in resolutions:
         log.info("resolved an earlier migration of %s: %s", r.vm, r.summary)
         try:
+            if r.discard_on is not None:  # the copy goes first: the record says it is gone
+                ports.migrator.discard_copy(r.discard_on, r.vm, uuid=r.uuid)
             ports.recorder.record(r.host, r.vm, r.state, uuid=r.uuid)
         except ReconcilerError as err:
             log.warning("could not record the resolution of %s: %s", r.vm, err)

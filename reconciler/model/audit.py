@@ -40,6 +40,13 @@ class PullRequest(Frozen):
     body: str = ""
 
 
+class Comment(Frozen):
+    """A comment on a pull request (a GitLab merge-request note)."""
+
+    id: int
+    body: str = ""
+
+
 class AuditMove(Frozen):
     """One move named in a commit message: ``- vm: source -> target (Reason, rule R): detail``."""
 

@@ -14,6 +14,7 @@ from reconciler.model.quantity import (
     Size,
     duration_within,
 )
+from reconciler.model.recovery import Fence
 
 MAX_BANDWIDTH = 1024 * 1024
 """MiB/s: 1 TiB/s, ten times a 800 Gbit/s link; libvirt takes a 64-bit number."""
@@ -70,6 +71,9 @@ class Defaults(Frozen):
 
     reserve: Reserve = Field(default_factory=Reserve)
     migration: Migration = Field(default_factory=Migration)
+    fence: Fence | None = Field(
+        default=None, description="How to switch a host off for recovery; hosts may override."
+    )
 
 
 Labels = dict[str, str]
@@ -100,6 +104,7 @@ class Host(Frozen):
     migration: Migration = Field(
         default_factory=Migration, description="Overrides defaults.migration."
     )
+    fence: Fence | None = Field(default=None, description="Overrides defaults.fence.")
 
 
 PositiveDuration = Annotated[
@@ -200,6 +205,11 @@ def effective_reserve(cluster: Cluster, host: Host) -> tuple[int, float]:
     )
 
 
+def effective_fence(cluster: Cluster, host: Host) -> Fence | None:
+    """The fence of ``host``: its own, else the cluster's default, else none."""
+    return host.fence or cluster.spec.defaults.fence
+
+
 def effective_migration_limits(cluster: Cluster, host: Host) -> tuple[int, int]:
     """(maxOutbound, maxInbound) of ``host`` after defaults."""
     d = cluster.spec.defaults.migration
@@ -218,6 +228,7 @@ __all__ = [
     "Migration",
     "Observe",
     "Reserve",
+    "effective_fence",
     "effective_migration_limits",
     "effective_reserve",
 ]

@@ -60,6 +60,8 @@ class UnsatisfiableCode(StrEnum):
     VM_NOT_FOUND = "VmNotFound"
     CONFLICT = "Conflict"
     EXCLUDED = "Excluded"
+    HEADROOM = "Headroom"
+    """The VMs of some ``reserveHosts`` hosts would not fit on the others (N+k)."""
 
 
 class Unsatisfiable(Frozen):

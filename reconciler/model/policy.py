@@ -9,23 +9,35 @@ from enum import StrEnum
 from typing import Annotated, Final, Literal
 
 from cronsim import CronSim, CronSimError
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
 from reconciler.model.quantity import Duration, Percent, duration_within
+from reconciler.model.recovery import RecoverySpec
 
 _DAY: Final = timedelta(days=1)
 _NEVER_AGAIN: Final = "to never move a VM for balance, give it an exclude rule in rules.yaml"
 Interval = Annotated[
     Duration,
     duration_within(
-        timedelta(seconds=1),
+        timedelta(0),
         7 * _DAY,
-        too_short="{value} is too short: an interval under 1s would reconcile without pause; "
-        "use at least 1s, e.g. 15m",
+        above=True,
+        too_short="interval {value} would reconcile without pause; give how often to "
+        "reconcile, e.g. 15m",
     ),
 ]
-"""Between rounds: 1s (a round takes longer) to 7d."""
+"""Between rounds: more than 0 to 7d."""
+RecordEvery = Annotated[
+    Duration,
+    duration_within(
+        timedelta(0),
+        7 * _DAY,
+        above=True,
+        too_short="record.every {value}: give how often to publish what run observes, e.g. 15m",
+    ),
+]
+"""How often run publishes its observation: more than 0 to 7d."""
 Hold = Annotated[
     Duration,
     duration_within(
@@ -208,10 +220,21 @@ class Window(Frozen):
     )
 
 
+class Record(Frozen):
+    """How ``run --repo`` publishes what it observes, for ``reconciler impact`` in CI."""
+
+    every: RecordEvery = Field(
+        default=timedelta(minutes=15),
+        description="Push the latest recorded snapshot to the branch "
+        "reconciler/observed/<cluster> at most this often; more than 0, at most 7d.",
+    )
+
+
 class BalancePolicySpec(Frozen):
     mode: Mode = Field(default=Mode.PROPOSE, description="observe | propose | apply.")
     interval: Interval = Field(
-        default=timedelta(minutes=15), description="How often to reconcile; 1s to 7d."
+        default=timedelta(minutes=15),
+        description="How often to reconcile; more than 0, at most 7d.",
     )
     score: ScoreWeights = Field(default_factory=ScoreWeights)
     basis: Basis = Field(default=Basis.USED, description="used (measured) | allocated.")
@@ -256,16 +279,14 @@ class BalancePolicySpec(Frozen):
     windows: list[Window] | None = Field(
         default=None, description="apply acts only inside these; None = always."
     )
-
-    @field_validator("interval")
-    @classmethod
-    def _interval_positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError(
-                "interval 0s would reconcile without pause; give how often to reconcile, "
-                "e.g. 15m"
-            )
-        return value
+    record: Record = Field(
+        default_factory=Record,
+        description="Publishing observations (run --repo) for reconciler impact.",
+    )
+    recovery: RecoverySpec = Field(
+        default_factory=RecoverySpec,
+        description="Dead-host recovery: fence, restart elsewhere, keep room (docs/recovery.md).",
+    )
 
 
 class BalancePolicy(Frozen):

@@ -151,11 +151,13 @@ def duration_within(
         if not seconds <= high.total_seconds():
             text = too_long or f"{{value}} is too long; use at most {format_duration(high)}"
             raise ValueError(text.format(value=shown))
-        if seconds < low.total_seconds() or (above and seconds <= low.total_seconds()):
+        # the low bound is checked on the timedelta, to the microsecond: 1e-7s is 0s
+        result = value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+        if result < low or (above and result <= low):
             bound = "more than" if above else "at least"
             text = too_short or f"{{value}} is too short; use {bound} {format_duration(low)}"
             raise ValueError(text.format(value=shown))
-        return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+        return result
 
     return BeforeValidator(check)
 

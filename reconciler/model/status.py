@@ -17,7 +17,7 @@ from pydantic import AwareDatetime, Field
 from reconciler.model.base import ApiVersion, Frozen
 from reconciler.model.history import History
 
-TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual")
+TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual", "recovery")
 """What started a round that acted, as recorded in the Reconciler-Trigger trailer."""
 
 
@@ -28,6 +28,8 @@ class ConditionType(StrEnum):
     """Moves are planned or running; more rounds will follow."""
     STALLED = "Stalled"
     """Nothing can progress without a person: invalid desired state, every host unreachable."""
+    RECOVERED = "Recovered"
+    """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
 
 
 class Condition(Frozen):

@@ -17,7 +17,7 @@ import pytest
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.libvirt_migrator import LibvirtMigrator
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.config import load_desired
 from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState

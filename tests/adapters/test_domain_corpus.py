@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.domain_disks import (
+from reconciler.adapters.libvirt.domain_disks import (
     PoolInfo,
     PoolVolume,
     classify,
@@ -17,7 +17,7 @@ from reconciler.adapters.domain_disks import (
     needs_pools,
     resolve_disks,
 )
-from reconciler.adapters.domain_xml import read_domain
+from reconciler.adapters.libvirt.domain_xml import read_domain
 from reconciler.model.snapshot import MigrationClass, UnmigratableReason, VmRunState
 
 CORPUS = Path(__file__).parent.parent / "data" / "libvirt-domains"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import libvirt
 import pytest
 
-from reconciler.adapters.domain_metadata import (
+from reconciler.adapters.libvirt.domain_metadata import (
     METADATA_KEY,
     METADATA_NS,
     DomainMetadata,

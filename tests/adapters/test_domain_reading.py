@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.adapters.domain_metadata import METADATA_NS
-from reconciler.adapters.domain_xml import _parse_together, read_domain, read_domains
 from reconciler.adapters.lab import write_node_files
-from reconciler.adapters.libvirt_observe_host import capabilities_host
+from reconciler.adapters.libvirt.domain_metadata import METADATA_NS
+from reconciler.adapters.libvirt.domain_xml import _parse_together, read_domain, read_domains
+from reconciler.adapters.libvirt.observe_host import capabilities_host
 
 _ENTITIES = {"\n": "&#10;", "\t": "&#9;", "\r": "&#13;"}
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libvirt
 import pytest
 
-from reconciler.adapters.domain_xml import (
+from reconciler.adapters.libvirt.domain_xml import (
     domain_facts,
     migration_blockers,
     migration_blockers_from_xml,

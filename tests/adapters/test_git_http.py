@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.git_repo import GitStateRepo
-from reconciler.adapters.git_runner import DEFAULT_USERNAME, TOKEN_ENV, USERNAME_ENV
-from reconciler.adapters.lease_git import GitLease
+from reconciler.adapters.git.lease import GitLease
+from reconciler.adapters.git.repo import GitStateRepo
+from reconciler.adapters.git.runner import DEFAULT_USERNAME, TOKEN_ENV, USERNAME_ENV
 from reconciler.errors import RemoteUnreachable, TransientError
 from tests.githttp import PASSWORD, USER, CmdlineWatch, GitHttpServer, git_http
 from tests.gitrepos import state_remote

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.git_repo import GitStateRepo, clone_dir
+from reconciler.adapters.git.repo import GitStateRepo, clone_dir
 from reconciler.errors import PushRejected, RemoteUnreachable
 from reconciler.redact import scrub
 from tests.gitrepos import child_processes, git, open_fds, state_remote

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters import git_repo
-from reconciler.adapters.git_repo import GitStateRepo
+from reconciler.adapters.git import repo as git_repo
+from reconciler.adapters.git.repo import GitStateRepo
 from tests.gitrepos import git, state_remote
 
 NOTE = Path("cluster-state") / "NOTE"

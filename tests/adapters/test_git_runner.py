@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.git_runner import (
+from reconciler.adapters.git.runner import (
     DEFAULT_USERNAME,
     TIMEOUT_ENV,
     TOKEN_ENV,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from reconciler.adapters.http_server import HttpServer, parse_listen
+from reconciler.adapters.http.server import HttpServer, parse_listen
 from reconciler.engine.health import Health
 from reconciler.engine.metrics import Metrics
 from reconciler.errors import ConfigError
@@ -269,7 +269,7 @@ def test_300_idle_or_half_sent_connections_hold_a_bounded_number_of_threads(
 def test_clients_that_go_away_leave_no_traceback(
     tight: Tight, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="reconciler.adapters.http_server")
+    caplog.set_level(logging.DEBUG, logger="reconciler.adapters.http.server")
     big = b"x" * 50_000
     for _ in range(20):
         sock = _connect(tight)

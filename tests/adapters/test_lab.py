@@ -10,7 +10,7 @@ import yaml
 
 from reconciler.adapters import lab as lab_api
 from reconciler.adapters.lab import Lab, lab_layout, qemu
-from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.config import load_desired
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster

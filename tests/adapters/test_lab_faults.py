@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.adapters import lab as lab_api
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.libvirt_observer import observe_cluster
+from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.config import load_desired
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster, Host

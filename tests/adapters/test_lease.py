@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.lease_file import FileLease, lock_path
-from reconciler.adapters.lease_git import GitLease
+from reconciler.adapters.files.lock import FileLease, lock_path
+from reconciler.adapters.git.lease import GitLease
 
 REPO = Path(__file__).resolve().parents[2]
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from reconciler.adapters.lease_file import FileLease
+from reconciler.adapters.files.lock import FileLease
 lease = FileLease(Path(sys.argv[1]))
 assert lease.acquire()
 print("held", flush=True)
@@ -194,7 +194,7 @@ def test_git_lease_unreachable_remote_is_transient(tmp_path: Path) -> None:
 GIT_HOLDER = """
 import sys, time
 from pathlib import Path
-from reconciler.adapters.lease_git import GitLease
+from reconciler.adapters.git.lease import GitLease
 lease = GitLease(sys.argv[1], "lab", Path(sys.argv[2]), identity="killed",
                  lease_duration=1.5, renew_deadline=1.0)
 assert lease.acquire()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from reconciler.adapters.lease_git import RECORDS, GitLease
+from reconciler.adapters.git.lease import RECORDS, GitLease
 from tests.adapters.test_lease import Ticks
 
 RENEWALS = 1000

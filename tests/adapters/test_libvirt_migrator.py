@@ -22,15 +22,15 @@ import libvirt
 import pytest
 
 from reconciler.adapters import lab as libvirt_lab
-from reconciler.adapters.domain_metadata import (
+from reconciler.adapters.lab import Lab, LabVm, qemu
+from reconciler.adapters.libvirt.connection import ConnectionSettings
+from reconciler.adapters.libvirt.domain_metadata import (
     METADATA_KEY,
     METADATA_NS,
     parse_metadata,
     render_metadata,
 )
-from reconciler.adapters.lab import Lab, LabVm, qemu
-from reconciler.adapters.libvirt_connection import ConnectionSettings
-from reconciler.adapters.libvirt_migrator import LibvirtMigrator, migration_call
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator, migration_call
 from reconciler.config import load_desired
 from reconciler.model.base import HostName, VmName
 from reconciler.model.cluster import Migration

@@ -14,15 +14,14 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters import libvirt_observe_host as observe_host
-from reconciler.adapters import libvirt_observe_pool as observe_pool
-from reconciler.adapters import libvirt_observer
-from reconciler.adapters.domain_metadata import render_metadata
+from reconciler.adapters.files.snapshot import load_snapshot, save_snapshot
 from reconciler.adapters.lab import node_xml, write_node_files
-from reconciler.adapters.libvirt_observe_host import RawVm
-from reconciler.adapters.libvirt_observe_result import host_result
-from reconciler.adapters.libvirt_observer import observe_cluster, observe_settings
-from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot
+from reconciler.adapters.libvirt import observe_host, observe_pool
+from reconciler.adapters.libvirt import observer as libvirt_observer
+from reconciler.adapters.libvirt.domain_metadata import render_metadata
+from reconciler.adapters.libvirt.observe_host import RawVm
+from reconciler.adapters.libvirt.observe_result import host_result
+from reconciler.adapters.libvirt.observer import observe_cluster, observe_settings
 from reconciler.errors import ConfigError
 from reconciler.model.base import API_VERSION, Metadata
 from reconciler.model.cluster import Cluster, ClusterSpec, Host, Observe

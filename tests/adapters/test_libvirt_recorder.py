@@ -11,10 +11,10 @@ import libvirt
 import pytest
 
 from reconciler.adapters import lab as libvirt_lab
-from reconciler.adapters.domain_metadata import METADATA_KEY, METADATA_NS, parse_metadata
 from reconciler.adapters.lab import Lab, LabVm
-from reconciler.adapters.libvirt_connection import ConnectionSettings
-from reconciler.adapters.libvirt_recorder import LibvirtRecorder
+from reconciler.adapters.libvirt.connection import ConnectionSettings
+from reconciler.adapters.libvirt.domain_metadata import METADATA_KEY, METADATA_NS, parse_metadata
+from reconciler.adapters.libvirt.recorder import LibvirtRecorder
 from reconciler.config import load_desired
 from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, TerminalError
 from reconciler.model.snapshot import FailedMove, ReconcilerState

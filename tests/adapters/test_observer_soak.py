@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.status_file import FileStatusStore
+from reconciler.adapters.files.status import FileStatusStore
 from tests.gitrepos import open_fds
 
 pytestmark = pytest.mark.libvirt
@@ -21,8 +21,8 @@ pytest.importorskip("libvirt")
 
 def soak_rounds(tmp_path: Path, rounds: int) -> tuple[list[int], list[int], list[int]]:
     """(threads, fds, max RSS KiB) after warm-up and at the end of ``rounds`` rounds."""
-    from reconciler.adapters.cluster_observer import LibvirtClusterObserver
     from reconciler.adapters.lab import write_node_files
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
     from reconciler.engine.round import RoundPorts, run_round
     from reconciler.model.desired import DesiredState
     from tests.fakes import FakeCluster

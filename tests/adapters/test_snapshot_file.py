@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.snapshot_file import load_snapshot, save_snapshot, snapshot_json
+from reconciler.adapters.files.snapshot import load_snapshot, save_snapshot, snapshot_json
 from reconciler.errors import SnapshotError
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.snapshot import HostState, Snapshot, VmRunState, VmState

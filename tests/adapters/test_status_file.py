@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.status_file import FileStatusStore
+from reconciler.adapters.files.status import FileStatusStore
 from reconciler.errors import TerminalError
 from reconciler.model.status import ReconcileStatus
 

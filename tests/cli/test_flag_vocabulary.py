@@ -13,6 +13,7 @@ PER_COMMAND = {
     "--format": "each command has its own output formats",
     "--now": "the help names what the time decides for that command",
     "--dry-run": "drain's is an internal default, hidden from its help",
+    "--since": "history filters commits by age; impact replays recorded snapshots",
 }
 """Flags whose choices or help legitimately differ, with why."""
 READS_DESIRED_STATE = (

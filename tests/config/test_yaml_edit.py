@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.adapters.text_file import rewrite_file
+from reconciler.adapters.files.text import rewrite_file
 from reconciler.config import yaml_edit
 from reconciler.config.kinds import model_from_document
 from reconciler.config.yaml_source import documents_from_text

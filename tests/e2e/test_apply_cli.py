@@ -75,7 +75,7 @@ def test_apply_balances_the_lab_and_a_second_apply_does_nothing(
     code, out, err = reconciler(
         capsys, "apply", folder, "--yes", "--state-dir", state, "--format", "json"
     )
-    assert code == 0, err
+    assert code == 0, err + out
     status = ReconcileStatus.model_validate_json(out)
     assert status.last_result is not None
     moves = status.last_result.moves
@@ -216,7 +216,7 @@ def test_sigkill_mid_batch_then_apply_again_moves_no_vm_twice(
 def test_a_second_apply_is_refused_while_one_holds_the_cluster_whatever_its_state_dir(
     own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reconciler.adapters.lease_file import FileLease, cluster_lock_path
+    from reconciler.adapters.files.lock import FileLease, cluster_lock_path
     from reconciler.config import load_desired
 
     folder = own_lab.cluster_dir

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.lease_tooz import ToozLease
+from reconciler.adapters.etcd.lease import ToozLease
 from reconciler.cli import main
 from tests.adapters.test_lease_tooz import ETCD, Etcd
 

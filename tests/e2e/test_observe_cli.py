@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.files.snapshot import load_snapshot
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.snapshot_file import load_snapshot
 from reconciler.cli import main
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reconciler.adapters.status_file import FileStatusStore
+from reconciler.adapters.files.status import FileStatusStore
 from reconciler.cli import build_parser, main
 from reconciler.model.status import ReconcileStatus
 

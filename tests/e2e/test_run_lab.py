@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.text_file import rewrite_file
 from reconciler.config.yaml_edit import set_placement
 from tests.e2e.test_apply_cli import assert_sound, domains
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.files.status import FileStatusStore
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.status_file import FileStatusStore
 from reconciler.model.status import ReconcileStatus
 from tests.e2e.test_plan_cli import NOW, reconciler, write_scenario
 

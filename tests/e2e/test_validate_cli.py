@@ -238,6 +238,7 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "cluster.json",
         "findings.json",
         "history.json",
+        "impact.json",
         "movehistory.json",
         "place.json",
         "placement.json",

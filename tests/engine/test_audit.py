@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.git_repo import GitStateRepo
+from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.engine.audit import STATUS_FILE, record_batch
 from reconciler.errors import PushRejected
 from reconciler.model.status import MoveOutcome, MoveResult

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.lease_git import GitLease
+from reconciler.adapters.git.lease import GitLease
 from reconciler.engine.leadership import LeaseKeeper
 from reconciler.engine.round import RoundPorts, run_round
 from reconciler.engine.triggers import Wakeup

@@ -45,6 +45,21 @@ class FakeForge:
     requests: list[Request] = field(default_factory=list)
     api_prefix: str = ""
     body_limit: int = 65_536
+    comment_ids: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Comment id -> (pull request number, index in ``comments``)."""
+
+    def add_comment(self, number: int, body: str) -> int:
+        self.comments.setdefault(number, []).append(body)
+        comment_id = 9000 + len(self.comment_ids)
+        self.comment_ids[comment_id] = (number, len(self.comments[number]) - 1)
+        return comment_id
+
+    def comment_list(self, number: int) -> list[dict[str, Any]]:
+        return [
+            {"id": cid, "body": self.comments[n][i]}
+            for cid, (n, i) in sorted(self.comment_ids.items())
+            if n == number
+        ]
 
     def routes(self) -> list[Route]:
         raise NotImplementedError
@@ -94,8 +109,33 @@ class GitHubServer(FakeForge):
             ("POST", rf"{b}/pulls", self.create_pull),
             ("PATCH", rf"{b}/pulls/(\d+)", self.update_pull),
             ("POST", rf"{b}/issues/(\d+)/comments", self.create_comment),
+            ("GET", rf"{b}/issues/(\d+)/comments", self.list_comments),
+            ("PATCH", rf"{b}/issues/comments/(\d+)", self.update_comment),
             ("POST", rf"{b}/statuses/([0-9a-f]{{40}})", self.create_status),
         ]
+
+    def list_comments(self, req: Request, number: str) -> tuple[int, Any]:
+        """docs.github.com/rest/issues/comments#list-issue-comments: per_page (max 100), page."""
+        if int(number) not in self.prs:
+            return 404, {"message": "Not Found"}
+        per_page = min(int(req.query.get("per_page", 30)), 100)
+        page = int(req.query.get("page", 1))
+        items = self.comment_list(int(number))
+        return 200, items[(page - 1) * per_page : page * per_page]
+
+    def update_comment(self, req: Request, comment_id: str) -> tuple[int, Any]:
+        """docs.github.com/rest/issues/comments#update-an-issue-comment: PATCH, body only."""
+        bad = _need(req.body, {"body"}, set())
+        if bad:
+            return bad
+        where = self.comment_ids.get(int(comment_id))
+        if where is None:
+            return 404, {"message": "Not Found"}
+        if len(req.body["body"]) > self.body_limit:
+            return 422, {"message": "Validation Failed"}
+        number, index = where
+        self.comments[number][index] = req.body["body"]
+        return 200, {"id": int(comment_id), "body": req.body["body"]}
 
     def list_pulls(self, req: Request) -> tuple[int, Any]:
         state = req.query.get("state", "open")
@@ -146,8 +186,8 @@ class GitHubServer(FakeForge):
             return bad
         if int(number) not in self.prs:
             return 404, {"message": "Not Found"}
-        self.comments.setdefault(int(number), []).append(req.body["body"])
-        return 201, {"id": 1, "body": req.body["body"]}
+        comment_id = self.add_comment(int(number), req.body["body"])
+        return 201, {"id": comment_id, "body": req.body["body"]}
 
     def create_status(self, req: Request, sha: str) -> tuple[int, Any]:
         bad = _need(req.body, {"state"}, {"target_url", "description", "context"})
@@ -178,6 +218,15 @@ class GiteaServer(GitHubServer):
     def update_pull(self, req: Request, number: str) -> tuple[int, Any]:
         return super().update_pull(req, number)
 
+    def list_comments(self, req: Request, number: str) -> tuple[int, Any]:
+        """Gitea's issueGetComments takes only ``since`` and ``before``: every comment."""
+        unknown = set(req.query) - {"since", "before"}
+        if unknown:
+            return 422, {"message": f"unknown parameters {sorted(unknown)}"}
+        if int(number) not in self.prs:
+            return 404, {"message": "Not Found"}
+        return 200, self.comment_list(int(number))
+
 
 class GitLabServer(FakeForge):
     """GitLab v4: docs.gitlab.com/api/merge_requests, api/notes, api/commits (statuses)."""
@@ -195,6 +244,8 @@ class GitLabServer(FakeForge):
             ("POST", rf"{b}/merge_requests", self.create_mr),
             ("PUT", rf"{b}/merge_requests/(\d+)", self.update_mr),
             ("POST", rf"{b}/merge_requests/(\d+)/notes", self.create_note),
+            ("GET", rf"{b}/merge_requests/(\d+)/notes", self.list_notes),
+            ("PUT", rf"{b}/merge_requests/(\d+)/notes/(\d+)", self.update_note),
             ("POST", rf"{b}/statuses/([0-9a-f]{{40}})", self.create_status),
         ]
 
@@ -254,8 +305,32 @@ class GitLabServer(FakeForge):
         bad = _need(req.body, {"body"}, set())
         if bad:
             return bad
-        self.comments.setdefault(int(iid), []).append(req.body["body"])
-        return 201, {"id": 1, "body": req.body["body"]}
+        if int(iid) not in self.prs:
+            return 404, {"message": "404 Not found"}
+        note_id = self.add_comment(int(iid), req.body["body"])
+        return 201, {"id": note_id, "body": req.body["body"], "system": False}
+
+    def list_notes(self, req: Request, iid: str) -> tuple[int, Any]:
+        """docs.gitlab.com/api/notes#list-all-merge-request-notes: per_page (max 100), page;
+        system notes ("added 1 commit") are among them."""
+        if int(iid) not in self.prs:
+            return 404, {"message": "404 Not found"}
+        per_page = min(int(req.query.get("per_page", 20)), 100)
+        page = int(req.query.get("page", 1))
+        system = [{"id": 1, "body": "added 1 commit", "system": True}]
+        items = system + [{**c, "system": False} for c in self.comment_list(int(iid))]
+        return 200, items[(page - 1) * per_page : page * per_page]
+
+    def update_note(self, req: Request, iid: str, note_id: str) -> tuple[int, Any]:
+        """docs.gitlab.com/api/notes#modify-existing-merge-request-note: PUT, body."""
+        bad = _need(req.body, {"body"}, set())
+        if bad:
+            return bad
+        where = self.comment_ids.get(int(note_id))
+        if where is None or where[0] != int(iid):
+            return 404, {"message": "404 Not found"}
+        self.comments[where[0]][where[1]] = req.body["body"]
+        return 200, {"id": int(note_id), "body": req.body["body"], "system": False}
 
     def create_status(self, req: Request, sha: str) -> tuple[int, Any]:
         bad = _need(req.body, {"state"}, {"name", "description", "target_url", "ref", "context"})

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reconciler.adapters.forges import GitHubForge, GitLabForge, open_forge
+from reconciler.adapters.forges.clients import GitHubForge, GitLabForge, open_forge
 from reconciler.errors import ForgeError, ForgeUnavailable
 from tests.forges.servers import TOKEN, FakeForge, GiteaServer, GitHubServer, GitLabServer, serving
 
@@ -103,3 +103,18 @@ def test_body_over_the_limit_is_refused_by_the_server() -> None:
         with pytest.raises(ForgeError, match="422"):
             client.create(head="h", base="main", title="t", body="x" * 65_537)
         client.disconnect()
+
+
+def test_comments_are_listed_and_updated_in_place(
+    forge: tuple[FakeForge, GitHubForge | GitLabForge],
+) -> None:
+    server, client = forge
+    pr = client.create(head="feature", base="main", title="t", body="b")
+    assert client.comments(pr.number) == []
+    client.comment(pr.number, "first")
+    client.comment(pr.number, "second")
+    found = client.comments(pr.number)
+    assert [c.body for c in found] == ["first", "second"]  # GitLab's system note left out
+    client.update_comment(pr.number, found[1].id, "second, edited")
+    assert server.comments[pr.number] == ["first", "second, edited"]
+    assert [c.body for c in client.comments(pr.number)] == ["first", "second, edited"]

@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab import processes
 from reconciler.adapters.lab.layout import host_names, indent, rack, template
 from reconciler.adapters.lab.state import UUID_NS, Lab, LabHost, LabVm, VmStatus, write_state
+from reconciler.adapters.libvirt.domain_metadata import render_metadata
 from reconciler.errors import LabError
 from reconciler.model.snapshot import VmRunState
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from reconciler.adapters.domain_metadata import render_metadata
 from reconciler.adapters.lab.layout import host_names, indent, rack, template
 from reconciler.adapters.lab.state import UUID_NS, Lab, LabHost, LabVm
+from reconciler.adapters.libvirt.domain_metadata import render_metadata
 from reconciler.model.base import API_VERSION, Metadata
 from reconciler.model.cluster import Cluster, ClusterSpec, Host
 

@@ -1,0 +1,1 @@
+"""etcd through tooz: the cluster's lease for sites that run etcd."""

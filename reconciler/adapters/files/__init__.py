@@ -1,0 +1,1 @@
+"""Local files: the status, snapshots, histories, edited cluster files, locks."""

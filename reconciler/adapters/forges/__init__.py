@@ -1,0 +1,1 @@
+"""Forges' pull-request APIs (GitHub, Gitea, GitLab) over HTTP."""

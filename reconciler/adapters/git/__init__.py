@@ -1,0 +1,1 @@
+"""git: the state repository, its runner, the lease ref, recorded observations."""

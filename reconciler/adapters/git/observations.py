@@ -1,0 +1,162 @@
+"""Recorded observations: files in the state directory, and the branch
+``reconciler/observed/<cluster>`` of the state repository.
+
+Locally: ``<state dir>/<cluster>/observations/<UTC time>.json``, one compact snapshot a file
+(defaults left out, one line), written atomically; which to keep is decided by
+:mod:`reconciler.core.observations`. In git: one file, ``snapshot.json``, on its own branch
+with no common history with the desired state, a commit per push; ``git log`` of that branch
+is the recorded sequence a backtest replays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from reconciler.adapters.git.repo import GitStateRepo
+from reconciler.core import observations
+from reconciler.errors import PushRejected, SnapshotError
+from reconciler.model.snapshot import Snapshot
+
+FOLDER = "observations"
+BRANCH_PREFIX = "reconciler/observed/"
+FILE = "snapshot.json"
+TRAILER = "Reconciler-Observed"
+
+
+def observed_branch(cluster: str) -> str:
+    return f"{BRANCH_PREFIX}{cluster}"
+
+
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _parse_stamp(name: str) -> datetime | None:
+    try:
+        return datetime.strptime(name, "%Y%m%dT%H%M%S.%fZ.json").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def recorded_json(snapshot: Snapshot) -> str:
+    """The compact text of a recorded snapshot (``Snapshot`` by alias, defaults left out)."""
+    return observations.compact(snapshot).model_dump_json(by_alias=True, exclude_defaults=True)
+
+
+class ObservationStore:
+    """The recorded snapshots of one cluster in ``<state_dir>/<cluster>/observations/``."""
+
+    def __init__(self, state_dir: Path, cluster: str) -> None:
+        self.folder = state_dir / cluster / FOLDER
+
+    def _files(self) -> list[tuple[datetime, Path]]:
+        if not self.folder.is_dir():
+            return []
+        found = [(_parse_stamp(p.name), p) for p in self.folder.iterdir()]
+        return sorted((t, p) for t, p in found if t is not None)
+
+    def latest(self) -> Snapshot | None:
+        files = self._files()
+        return self._read(files[-1][1]) if files else None
+
+    def snapshots(self, since: datetime | None = None) -> Iterator[Snapshot]:
+        """The recorded snapshots, oldest first (from ``since`` on)."""
+        for taken, path in self._files():
+            if since is None or taken >= since:
+                yield self._read(path)
+
+    @staticmethod
+    def _read(path: Path) -> Snapshot:
+        try:
+            return Snapshot.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValidationError) as err:
+            raise SnapshotError(f"recorded snapshot {path} cannot be read: {err}") from err
+
+    def record(self, snapshot: Snapshot, now: datetime) -> bool:
+        """Keep ``snapshot`` when it differs beyond noise from the last one kept; remove
+        what retention lets go. True when it was written."""
+        files = self._files()
+        last = self._read(files[-1][1]) if files else None
+        written = False
+        if observations.change(last, snapshot) is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{_stamp(snapshot.taken_at)}.json"
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(recorded_json(snapshot) + "\n", encoding="utf-8")
+            tmp.replace(path)
+            files.append((_parse_stamp(path.name) or snapshot.taken_at, path))
+            written = True
+        by_time = dict(files)
+        for taken in observations.expired(list(by_time), now):
+            by_time[taken].unlink(missing_ok=True)
+        return written
+
+
+# --- the branch reconciler/observed/<cluster> -----------------------------------------------
+
+
+def pushed_at(repo: GitStateRepo, cluster: str) -> datetime | None:
+    """When the branch was last written (its head's commit date), None when it does not exist.
+    Reads the clone as last fetched."""
+    head = repo.head(observed_branch(cluster))
+    if head is None:
+        return None
+    commits = repo.log(f"{head}^!")
+    return commits[0].date if commits else None
+
+
+def push_snapshot(repo: GitStateRepo, snapshot: Snapshot) -> str | None:
+    """One commit with ``snapshot.json`` on ``reconciler/observed/<cluster>`` (a root commit
+    when the branch does not exist), pushed with a lease on the head it was built on. Returns
+    the commit, or None when another instance pushed first (nothing overwritten)."""
+    branch = observed_branch(snapshot.cluster)
+    head = repo.head(branch)
+    taken = snapshot.taken_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    text = observations.compact(snapshot).model_dump_json(
+        by_alias=True, exclude_defaults=True, indent=1
+    )
+    commit = repo.commit_files_on(
+        parent=head,
+        files={FILE: text + "\n"},
+        message=f"Observed cluster {snapshot.cluster} at {taken}",
+        trailers={TRAILER: taken},
+    )
+    try:
+        repo.push(branch, commit, expected=head)
+    except PushRejected:
+        return None
+    return commit
+
+
+def observed_snapshots(
+    repo: GitStateRepo, cluster: str, *, since: datetime | None, latest_only: bool = False
+) -> list[tuple[str, Snapshot]]:
+    """The snapshots recorded on the branch as (commit, snapshot), oldest first: those taken
+    from ``since`` on, or only the newest with ``latest_only``. Reads the clone as last
+    fetched; an empty list when the branch does not exist."""
+    head = repo.head(observed_branch(cluster))
+    if head is None:
+        return []
+    out: list[tuple[str, Snapshot]] = []
+    for commit in repo.log(head, paths=[FILE]):
+        text = repo.show(commit.sha, FILE)
+        if text is None:
+            continue
+        try:
+            snapshot = Snapshot.model_validate_json(text)
+        except ValidationError as err:
+            raise SnapshotError(
+                f"{FILE} at {commit.sha[:12]} of {observed_branch(cluster)} is not a snapshot: "
+                f"{err.error_count()} problem(s)"
+            ) from err
+        if since is not None and snapshot.taken_at < since:
+            break  # newest first: the rest is older
+        out.append((commit.sha, snapshot))
+        if latest_only:
+            break
+    out.reverse()
+    return out

@@ -1,0 +1,1 @@
+"""The HTTP endpoints reconciler run serves: /metrics, /healthz, /webhook."""

@@ -1,0 +1,1 @@
+"""libvirt: connections, observation, migration, domain records."""

@@ -1,0 +1,1 @@
+"""Commands run on the reconciler's machine (fence agents)."""

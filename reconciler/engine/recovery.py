@@ -1,0 +1,443 @@
+"""Dead-host recovery, the effectful step run after each round of the active instance.
+
+One :meth:`Recovery.step` per round, on the round's observation:
+
+1. **Track**: per host, since when this instance has seen it unreachable in every observation
+   (in memory: a restarted instance starts counting again); a host that answers is never a
+   candidate, whatever it reports about its VMs.
+2. **Remember**: the inactive definition of every VM on a reachable host, kept in the
+   state directory (``RecoveryStore``), so the VMs of a host that dies can be started elsewhere.
+3. **Fence** a host unreachable for ``grace``: its fence command, exit 0 only; a fence that
+   fails or times out restarts nothing and is retried with backoff.
+4. **Restart** the VMs that ran on a fenced host, by priority, where ``place`` would put them;
+   an intent is saved before each start, and every start is first checked against libvirt
+   (the VM running or defined on any reachable host is not started again), so a crash of the
+   reconciler between the two restarts nothing twice.
+5. **Clean** a fenced host that comes back: a definition on it of a VM that runs elsewhere is
+   undefined before anything starts it; a VM that runs nowhere else is left where it is.
+
+Nothing here acts unless ``act`` (the policy's mode is apply and the cluster is held).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from reconciler.core import recovery as decide
+from reconciler.engine.ports import Clock, DesiredSource
+from reconciler.errors import ReconcilerError
+from reconciler.model.acting import Record
+from reconciler.model.cluster import Host, effective_fence
+from reconciler.model.desired import DesiredState
+from reconciler.model.recovery import (
+    Fence,
+    FenceOutcome,
+    FenceResult,
+    HostRecovery,
+    RecoveryState,
+    RestartIntent,
+    SavedVm,
+)
+from reconciler.model.snapshot import Snapshot, VmRunState
+from reconciler.model.status import (
+    ConditionType,
+    MoveOutcome,
+    MoveResult,
+    ReconcileStatus,
+    with_condition,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Fencer(Protocol):
+    def fence(self, host: str, fence: Fence) -> FenceResult:
+        """Run ``fence`` for ``host``; never raises: the result says what happened."""
+        ...
+
+
+class Restarter(Protocol):
+    def definitions(self, host: str) -> dict[str, str]:
+        """UUID -> inactive domain XML of every domain on ``host``."""
+        ...
+
+    def start(self, host: str, uuid: str, xml: str) -> None:
+        """Define ``xml`` on ``host`` unless a domain with ``uuid`` is there, then start it
+        unless it runs; ReconcilerError when it does not end up running."""
+        ...
+
+    def undefine(self, host: str, uuid: str) -> None:
+        """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
+        ...
+
+
+class RecoveryStore(Protocol):
+    def load(self) -> RecoveryState | None: ...
+
+    def save(self, state: RecoveryState) -> None: ...
+
+
+@dataclass
+class RecoveryPorts:
+    fencer: Fencer
+    restarter: Restarter
+    store: RecoveryStore
+    clock: Clock
+    source: DesiredSource | None = None
+    on_fence: Callable[[str, FenceOutcome], None] = lambda host, outcome: None
+
+
+@dataclass
+class RecoveryReport:
+    fence_failing: dict[str, str] = field(default_factory=dict)
+    """Host -> what its last fence said, for hosts not confirmed off."""
+    fenced: list[str] = field(default_factory=list)
+    restarted: dict[str, str] = field(default_factory=dict)
+    not_restarted: dict[str, str] = field(default_factory=dict)
+    undefined: list[str] = field(default_factory=list)
+    unfenceable: list[str] = field(default_factory=list)
+    """Hosts past grace without a fence configured: never recovered."""
+    waiting: dict[str, datetime] = field(default_factory=dict)
+    """Host -> when it is next due (grace ends, or the fence's backoff)."""
+    recorded: str | None = None
+
+    @property
+    def trouble(self) -> str | None:
+        if self.fence_failing:
+            return "; ".join(f"fencing {h} failed: {d}" for h, d in self.fence_failing.items())
+        if self.unfenceable:
+            return "no fence configured for " + ", ".join(self.unfenceable)
+        if self.not_restarted:
+            return "; ".join(f"{vm} not restarted: {why}" for vm, why in self.not_restarted.items())
+        return None
+
+
+class Recovery:
+    """The recovery state of one cluster across the rounds of one instance."""
+
+    def __init__(self, cluster: str, ports: RecoveryPorts) -> None:
+        self.cluster = cluster
+        self.ports = ports
+        self.unreachable_since: dict[str, datetime] = {}
+        self.last: RecoveryReport = RecoveryReport()
+        self._status: ReconcileStatus | None = None
+
+    def step(
+        self,
+        desired: DesiredState,
+        snapshot: Snapshot,
+        *,
+        act: bool,
+        status: ReconcileStatus | None = None,
+    ) -> RecoveryReport:
+        report = RecoveryReport()
+        self._status = status
+        state = self.ports.store.load() or RecoveryState(cluster=self.cluster)
+        now = self.ports.clock.now()
+        for h in snapshot.hosts:
+            if h.reachable:
+                self.unreachable_since.pop(h.name, None)
+            else:
+                self.unreachable_since.setdefault(h.name, snapshot.taken_at)
+        reachable: set[str] = {h.name for h in snapshot.hosts if h.reachable}
+        state = self._returned(state, snapshot, reachable, act, report)
+        state = self._remember(state, snapshot, reachable, now)
+        spec = desired.policy.spec.recovery
+        if spec.enabled:
+            for host in desired.cluster.spec.hosts:
+                if host.name in reachable:
+                    continue
+                state = self._recover(desired, state, snapshot, host.name, act, now, report)
+        self.ports.store.save(state)
+        self.last = report
+        return report
+
+    # -- a host that is back -----------------------------------------------------------------
+
+    def _returned(
+        self,
+        state: RecoveryState,
+        snapshot: Snapshot,
+        reachable: set[str],
+        act: bool,
+        report: RecoveryReport,
+    ) -> RecoveryState:
+        back = [h for h in state.hosts if h in reachable]
+        if not back:
+            return state
+        stale = decide.stale_copies(snapshot, back)
+        left = set()
+        for s in stale:
+            if not act:
+                left.add(s.host)
+                continue
+            try:
+                self.ports.restarter.undefine(s.host, s.uuid)
+            except ReconcilerError as err:
+                log.error("could not undefine the stale copy of %s on %s: %s", s.vm, s.host, err)
+                left.add(s.host)
+                continue
+            log.warning(
+                "undefined the stale copy of %s on %s, which came back (it runs on %s)",
+                s.vm,
+                s.host,
+                s.runs_on,
+            )
+            report.undefined.append(f"{s.vm}@{s.host}")
+        hosts = {h: r for h, r in state.hosts.items() if h not in back or h in left}
+        for h in back:
+            if h not in left:
+                log.info("host %s is back; its recovery is over", h)
+        intents = {u: i for u, i in state.intents.items() if i.source in hosts}
+        return state.model_copy(update={"hosts": hosts, "intents": intents})
+
+    # -- definitions -------------------------------------------------------------------------
+
+    def _remember(
+        self, state: RecoveryState, snapshot: Snapshot, reachable: set[str], now: datetime
+    ) -> RecoveryState:
+        vms = {u: v for u, v in state.vms.items() if v.host not in reachable}
+        for host in sorted(reachable):
+            try:
+                xmls = self.ports.restarter.definitions(host)
+            except ReconcilerError as err:
+                log.warning("could not read the definitions on %s: %s", host, err)
+                vms.update({u: v for u, v in state.vms.items() if v.host == host})
+                continue
+            for vm in snapshot.vms:
+                xml = xmls.get(vm.uuid)
+                if vm.host != host or xml is None:
+                    continue
+                running = vm.state is not VmRunState.SHUTOFF
+                old = vms.get(vm.uuid)
+                if old is not None and old.host in reachable and old.running and not running:
+                    continue  # a shut-off copy never replaces the running one
+                vms[vm.uuid] = SavedVm(
+                    name=vm.name,
+                    uuid=vm.uuid,
+                    host=vm.host,
+                    running=running,
+                    vcpus=vm.vcpus,
+                    memory=vm.memory_max,
+                    labels=dict(vm.labels),
+                    blockers=decide.blockers(vm),
+                    xml=xml,
+                    seen_at=now,
+                )
+        return state.model_copy(update={"vms": vms})
+
+    # -- fence and restart ---------------------------------------------------------------------
+
+    def _recover(
+        self,
+        desired: DesiredState,
+        state: RecoveryState,
+        snapshot: Snapshot,
+        host: str,
+        act: bool,
+        now: datetime,
+        report: RecoveryReport,
+    ) -> RecoveryState:
+        spec = desired.policy.spec.recovery
+        record = state.hosts.get(host)
+        since = self.unreachable_since.get(host, now)
+        if record is None and not decide.due(since, now, spec.grace):
+            report.waiting[host] = since + spec.grace
+            return state
+        if record is None or record.fenced_at is None:
+            fence = effective_fence(desired.cluster, _host(desired, host))
+            if fence is None:
+                log.error("host %s is unreachable and has no fence: nothing is restarted", host)
+                report.unfenceable.append(host)
+                return state
+            record = record or HostRecovery(unreachable_since=since)
+            if record.next_attempt_at is not None and now < record.next_attempt_at:
+                report.waiting[host] = record.next_attempt_at
+                assert record.fence is not None
+                report.fence_failing[host] = f"{record.fence.outcome}: {record.fence.detail}"
+                return state
+            if not act:
+                log.warning("host %s is a recovery candidate; not acting in this round", host)
+                return state
+            log.warning("host %s unreachable since %s: fencing it", host, since.isoformat())
+            result = self.ports.fencer.fence(host, fence)
+            self.ports.on_fence(host, result.outcome)
+            if result.outcome is not FenceOutcome.OK:
+                attempts = record.attempts + 1
+                retry = now + decide.fence_backoff(attempts)
+                log.error(
+                    "fencing %s did not confirm it off (%s: %s); nothing of it is restarted, "
+                    "next try at %s",
+                    host,
+                    result.outcome,
+                    result.detail,
+                    retry.isoformat(timespec="seconds"),
+                )
+                record = record.model_copy(
+                    update={"fence": result, "attempts": attempts, "next_attempt_at": retry}
+                )
+                report.fence_failing[host] = f"{result.outcome}: {result.detail}"
+                report.waiting[host] = retry
+                return _with_host(state, host, record, self.ports.store)
+            log.warning("host %s fenced (%s)", host, result.detail or "exit 0")
+            record = record.model_copy(
+                update={"fence": result, "fenced_at": now, "next_attempt_at": None}
+            )
+            state = _with_host(state, host, record, self.ports.store)
+            report.fenced.append(host)
+        if not act:
+            return state
+        return self._restart(desired, state, snapshot, host, record, now, report)
+
+    def _restart(
+        self,
+        desired: DesiredState,
+        state: RecoveryState,
+        snapshot: Snapshot,
+        host: str,
+        record: HostRecovery,
+        now: datetime,
+        report: RecoveryReport,
+    ) -> RecoveryState:
+        defined: dict[str, tuple[str, bool]] = {}
+        for seen in snapshot.vms:
+            running = seen.state is not VmRunState.SHUTOFF
+            if seen.uuid not in defined or running:
+                defined[seen.uuid] = (seen.host, running)
+        restarted = dict(record.restarted)
+        intents = dict(state.intents)
+        for uuid, intent in state.intents.items():  # resolved from where libvirt has the VM
+            if intent.source == host and uuid in defined and defined[uuid][1]:
+                log.info("an earlier restart of %s took effect on %s", intent.vm, defined[uuid][0])
+                restarted[intent.vm] = defined[uuid][0]
+                del intents[uuid]
+        todo: list[SavedVm] = []
+        for vm in state.vms.values():
+            if vm.host != host or not vm.running:
+                continue
+            where = defined.get(vm.uuid)
+            if where is not None and where[1]:
+                restarted.setdefault(vm.name, where[0])
+                continue
+            todo.append(vm)
+        not_restarted = dict(record.not_restarted)
+        results: list[MoveResult] = []
+        fence_said = record.fence.outcome.value if record.fence else "ok"
+        for r in decide.restart_plan(desired, snapshot, todo, now=now):
+            vm = r.vm
+            # a definition already on a reachable host (a start that failed) is started there
+            target = defined[vm.uuid][0] if vm.uuid in defined else r.target
+            if target is None:
+                if not_restarted.get(vm.name) != r.why:  # said once, not every round
+                    log.error("%s of fenced host %s is not restarted: %s", vm.name, host, r.why)
+                    results.append(_result(vm, host, host, MoveOutcome.SKIPPED, r.why, now))
+                not_restarted[vm.name] = r.why
+                continue
+            intents[vm.uuid] = RestartIntent(
+                vm=vm.name, uuid=vm.uuid, source=host, target=target, started_at=now
+            )
+            state = state.model_copy(update={"intents": intents})
+            self.ports.store.save(state)
+            try:
+                self.ports.restarter.start(target, vm.uuid, vm.xml)
+            except ReconcilerError as err:
+                log.error("restarting %s on %s failed: %s", vm.name, target, err)
+                not_restarted[vm.name] = f"start on {target} failed: {err.message}"
+                results.append(_result(vm, host, target, MoveOutcome.FAILED, err.message, now))
+                del intents[vm.uuid]
+                continue
+            log.warning("restarted %s of fenced host %s on %s", vm.name, host, target)
+            del intents[vm.uuid]
+            restarted[vm.name] = target
+            not_restarted.pop(vm.name, None)
+            report.restarted[vm.name] = target
+            detail = f"restarted after {host} was fenced ({fence_said}): {r.why}"
+            results.append(_result(vm, host, target, MoveOutcome.SUCCEEDED, detail, now))
+        report.not_restarted.update(not_restarted)
+        record = record.model_copy(update={"restarted": restarted, "not_restarted": not_restarted})
+        state = state.model_copy(update={"intents": intents})
+        state = _with_host(state, host, record, self.ports.store)
+        if results:
+            self._record(desired, host, results, report)
+        return state
+
+    def _record(
+        self, desired: DesiredState, host: str, results: list[MoveResult], report: RecoveryReport
+    ) -> None:
+        source = self.ports.source
+        if source is None:
+            return
+        revert = desired.policy.spec.recovery.failback.value == "revert"
+        placement = {
+            r.vm: r.target for r in results if r.outcome is MoveOutcome.SUCCEEDED and not revert
+        }
+        try:
+            recorded = source.record(
+                Record(
+                    cluster=self.cluster,
+                    plan_id=f"recovery-{host}",
+                    revision=None,
+                    results=results,
+                    placement=placement,
+                    status=self._status or ReconcileStatus(cluster=self.cluster),
+                    trigger="recovery",
+                )
+            )
+        except ReconcilerError as err:
+            log.error("the recovery of %s could not be recorded: %s", host, err)
+            return
+        report.recorded = recorded.where
+
+
+def _host(desired: DesiredState, name: str) -> Host:
+    return next(h for h in desired.cluster.spec.hosts if h.name == name)
+
+
+def with_recovered(
+    status: ReconcileStatus, report: RecoveryReport, now: datetime
+) -> ReconcileStatus:
+    """``status`` with the Recovered condition of ``report``."""
+    trouble = report.trouble
+    if report.fence_failing:
+        reason = "FenceFailed"
+    elif report.unfenceable:
+        reason = "NoFence"
+    elif report.not_restarted:
+        reason = "NotRestarted"
+    else:
+        reason = "Restarted" if report.restarted else "NoDeadHost"
+    message = trouble or (
+        "restarted " + ", ".join(f"{vm} on {h}" for vm, h in sorted(report.restarted.items()))
+        if report.restarted
+        else ""
+    )
+    conditions = with_condition(
+        status.conditions, ConditionType.RECOVERED, trouble is None, reason, message, now
+    )
+    return status.model_copy(update={"conditions": conditions})
+
+
+def _with_host(
+    state: RecoveryState, host: str, record: HostRecovery, store: RecoveryStore
+) -> RecoveryState:
+    new = state.model_copy(update={"hosts": {**state.hosts, host: record}})
+    store.save(new)
+    return new
+
+
+def _result(
+    vm: SavedVm, source: str, target: str, outcome: MoveOutcome, detail: str, at: datetime
+) -> MoveResult:
+    return MoveResult(
+        vm=vm.name,
+        source=source,
+        target=target,
+        outcome=outcome,
+        reason="Recovery",
+        detail=detail,
+        started_at=at,
+    )

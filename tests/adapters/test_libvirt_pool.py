@@ -1,0 +1,77 @@
+"""The command's connection pool on libvirt's test driver: opened lazily, shared, reopened.
+
+Each ``open`` of a test-driver node file makes a new private host, so a record is seen by a
+later observation only when both went over the same connection: what the pool is for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libvirt
+import pytest
+
+from reconciler.adapters.lab import node_xml
+from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.recorder import LibvirtRecorder
+from reconciler.errors import HostUnreachable
+from reconciler.model.snapshot import ReconcilerState
+from tests.adapters.test_libvirt_observer import cluster_of, vm_xml
+
+pytestmark = pytest.mark.libvirt
+
+UUID = "11111111-2222-3333-4444-555555555555"
+
+
+def node(tmp_path: Path, name: str) -> str:
+    path = tmp_path / f"{name}.xml"
+    path.write_text(node_xml(vm_xml(f"vm-{name}", UUID)))
+    return f"test://{path}"
+
+
+def test_one_connection_per_host_shared_by_the_observer_and_the_recorder(tmp_path: Path) -> None:
+    cluster = cluster_of(("kvm-01", node(tmp_path, "a")), ("kvm-02", node(tmp_path, "b")))
+    with ConnectionPool({h.name: h.uri for h in cluster.spec.hosts}) as pool:
+        assert pool.opened == 0  # opened on first use
+        observer = LibvirtClusterObserver(cluster, pool=pool, sample_interval=0)
+        recorder = LibvirtRecorder(cluster, pool=pool)
+        first = observer.observe()
+        assert pool.opened == 2
+        assert {v.name for v in first.vms} == {"vm-a", "vm-b"}
+        recorder.record("kvm-01", "vm-a", ReconcilerState(moves=7), uuid=UUID)
+        again = observer.observe_hosts(["kvm-01"])
+        assert [v.reconciler.moves for v in again.vms] == [7]  # the same private host
+        assert pool.opened == 2
+
+
+def test_a_broken_connection_is_reopened_once_and_close_ends_the_pool(tmp_path: Path) -> None:
+    uri = node(tmp_path, "a")
+    pool = ConnectionPool({"kvm-01": uri})
+    conn = pool.get("kvm-01")
+    assert pool.get("kvm-01") is conn
+    conn.close()  # libvirt no longer has it: the pool notices without a call to the host
+    fresh = pool.get("kvm-01")
+    assert fresh is not conn
+    assert pool.opened == 2
+    calls: list[object] = []
+
+    def lookup(c: libvirt.virConnect) -> str:
+        calls.append(c)
+        if len(calls) == 1:
+            c.close()  # the connection breaks under the first try
+        return str(c.lookupByUUIDString(UUID).name())
+
+    assert pool.call("kvm-01", lookup) == "vm-a"
+    assert len(calls) == 2
+    assert pool.opened == 3
+    pool.close()
+    with pytest.raises(RuntimeError):
+        pool.get("kvm-01")
+
+
+def test_a_host_that_cannot_be_opened_is_unreachable(tmp_path: Path) -> None:
+    pool = ConnectionPool({"kvm-01": f"test://{tmp_path}/missing.xml"})
+    with pytest.raises(HostUnreachable):
+        pool.get("kvm-01")
+    pool.close()

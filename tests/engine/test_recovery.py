@@ -1,0 +1,258 @@
+"""Dead-host recovery decisions, on an in-memory cluster: detection, fencing, restart once,
+stale copies on a host that comes back."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from reconciler.engine.recovery import Recovery, RecoveryPorts, with_recovered
+from reconciler.errors import TerminalError
+from reconciler.model.base import HostName
+from reconciler.model.cluster import ClusterSpec, Defaults
+from reconciler.model.desired import DesiredState
+from reconciler.model.recovery import Fence, FenceOutcome, FenceResult, RecoveryState
+from reconciler.model.snapshot import (
+    Snapshot,
+    Unmigratable,
+    UnmigratableReason,
+    VmRunState,
+    VmState,
+)
+from reconciler.model.status import ConditionType, ReconcileStatus
+from tests.core.builders import desired, host, host_state, vm
+from tests.fakes import FakeClock
+
+LOCAL = UnmigratableReason.LOCAL_DISK
+FENCE = Fence(command=["fence", "{host}"])
+
+
+@dataclass
+class World:
+    """Hosts and domains as libvirt would have them: (host, uuid) -> domain."""
+
+    up: dict[str, bool]
+    domains: dict[tuple[str, str], VmState]
+    clock: FakeClock
+    fence_says: FenceOutcome = FenceOutcome.OK
+    fenced: list[str] = field(default_factory=list)
+    starts: list[tuple[str, str]] = field(default_factory=list)
+    undefined: list[tuple[str, str]] = field(default_factory=list)
+    crash_after_start: bool = False
+    saved: RecoveryState | None = None
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            cluster="test",
+            taken_at=self.clock.now(),
+            hosts=[host_state(h, reachable=ok) for h, ok in sorted(self.up.items())],
+            vms=[d for (h, _), d in sorted(self.domains.items()) if self.up[h]],
+        )
+
+    # Fencer
+    def fence(self, host: str, fence: Fence) -> FenceResult:
+        self.fenced.append(host)
+        return FenceResult(outcome=self.fence_says)
+
+    # Restarter
+    def definitions(self, host: str) -> dict[str, str]:
+        return {u: f"<domain>{d.name}</domain>" for (h, u), d in self.domains.items() if h == host}
+
+    def start(self, host: str, uuid: str, xml: str) -> None:
+        self.starts.append((host, uuid))
+        name = xml.removeprefix("<domain>").removesuffix("</domain>")
+        old = next(d for (_, u), d in self.domains.items() if u == uuid)
+        self.domains[(host, uuid)] = old.model_copy(
+            update={"host": HostName(host), "state": VmRunState.RUNNING, "name": name}
+        )
+        if self.crash_after_start:
+            raise KeyboardInterrupt  # the reconciler dies right after libvirt started it
+
+    def undefine(self, host: str, uuid: str) -> None:
+        if self.domains[(host, uuid)].state is not VmRunState.SHUTOFF:
+            raise TerminalError("runs")
+        self.undefined.append((host, uuid))
+        del self.domains[(host, uuid)]
+
+    # RecoveryStore
+    def load(self) -> RecoveryState | None:
+        return self.saved
+
+    def save(self, state: RecoveryState) -> None:
+        self.saved = state
+
+    def kill(self, name: str) -> None:
+        """The host dies; on reboot its domains are defined and shut off."""
+        self.up[name] = False
+        for key, d in list(self.domains.items()):
+            if key[0] == name:
+                self.domains[key] = d.model_copy(update={"state": VmRunState.SHUTOFF})
+
+    def running(self, uuid: str) -> list[str]:
+        return [
+            h
+            for (h, u), d in self.domains.items()
+            if u == uuid and d.state is VmRunState.RUNNING and self.up[h]
+        ]
+
+
+def cluster(*, fence: bool = True, **recovery: object) -> tuple[World, DesiredState, Recovery]:
+    base = desired(
+        [host("a"), host("b"), host("c")],
+        recovery={"enabled": True, "grace": "60s", **recovery},
+    )
+    spec = ClusterSpec(
+        hosts=base.cluster.spec.hosts, defaults=Defaults(fence=FENCE if fence else None)
+    )
+    d = base.model_copy(update={"cluster": base.cluster.model_copy(update={"spec": spec})})
+    vms = [vm("web", "a"), vm("db", "a", memory_gib=8), vm("other", "b")]
+    world = World(
+        up={"a": True, "b": True, "c": True},
+        domains={("a" if v.name != "other" else "b", v.uuid): v for v in vms},
+        clock=FakeClock(),
+    )
+    return world, d, Recovery("test", _ports(world))
+
+
+def _ports(world: World) -> RecoveryPorts:
+    return RecoveryPorts(fencer=world, restarter=world, store=world, clock=world.clock)
+
+
+def rounds(world: World, d: DesiredState, rec: Recovery, n: int, every: float = 20) -> None:
+    for _ in range(n):
+        rec.step(d, world.snapshot(), act=True)
+        world.clock.advance(timedelta(seconds=every))
+
+
+def test_a_dead_host_is_fenced_after_grace_and_its_vms_run_elsewhere_once() -> None:
+    world, d, rec = cluster()
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 3)  # 0 s, 20 s, 40 s: within grace
+    assert world.fenced == []
+    assert world.starts == []
+    rounds(world, d, rec, 5)  # 60 s on: fenced, restarted; later rounds change nothing
+    assert world.fenced == ["a"]
+    for name in ("web", "db"):
+        assert len(world.running(f"uuid-{name}")) == 1
+    assert len(world.starts) == 2
+
+
+def test_one_failed_observation_is_not_a_dead_host() -> None:
+    world, d, rec = cluster()
+    rounds(world, d, rec, 1)
+    world.up["a"] = False
+    rounds(world, d, rec, 2, every=40)  # unreachable at 0 s and 40 s
+    world.up["a"] = True
+    rounds(world, d, rec, 1, every=40)  # answers at 80 s: the count starts again
+    world.up["a"] = False
+    rounds(world, d, rec, 2, every=40)
+    assert world.fenced == []
+
+
+def test_a_host_that_answers_without_its_vms_is_not_a_candidate() -> None:
+    world, d, rec = cluster()
+    rounds(world, d, rec, 1)
+    for key in [k for k in world.domains if k[0] == "a"]:
+        del world.domains[key]
+    rounds(world, d, rec, 10)
+    assert world.fenced == []
+    assert world.starts == []
+
+
+def test_a_failed_fence_restarts_nothing_and_is_retried_with_backoff() -> None:
+    world, d, rec = cluster()
+    world.fence_says = FenceOutcome.TIMEOUT
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 7, every=15)  # fences 60 s after, again 15 s later, then 30 s
+    assert world.starts == []
+    assert world.fenced == ["a", "a"]
+    assert "a" in rec.last.fence_failing
+    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    condition = status.condition(ConditionType.RECOVERED)
+    assert condition is not None
+    assert not condition.status
+    assert "fencing a" in condition.message
+    world.fence_says = FenceOutcome.OK
+    rounds(world, d, rec, 3, every=15)
+    assert len(world.starts) == 2
+    assert not rec.last.fence_failing
+
+
+def test_no_fence_means_no_recovery() -> None:
+    world, d, rec = cluster(fence=False)
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 6)
+    assert world.starts == []
+    assert rec.last.unfenceable == ["a"]
+
+
+def test_a_reconciler_killed_after_a_start_starts_nothing_twice() -> None:
+    world, d, rec = cluster()
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    world.crash_after_start = True
+    with contextlib.suppress(KeyboardInterrupt):
+        rounds(world, d, rec, 5)
+    assert world.saved is not None  # the intent outlived the crash
+    assert world.saved.intents
+    world.crash_after_start = False
+    again = Recovery("test", _ports(world))  # a new process: fenced state read back
+    rounds(world, d, again, 3)
+    for name in ("web", "db"):
+        assert len(world.running(f"uuid-{name}")) == 1, world.starts
+    assert len(world.starts) == 2
+    assert world.saved is not None
+    assert not world.saved.intents
+
+
+def test_restart_order_follows_priority() -> None:
+    world, d, rec = cluster(priorities=[{"vms": {"names": ["web"]}, "priority": 10}])
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 5)
+    assert [u for _, u in world.starts] == ["uuid-web", "uuid-db"]
+
+
+def test_a_vm_with_local_disks_is_not_restarted_and_says_why() -> None:
+    world, d, rec = cluster()
+    key = ("a", "uuid-db")
+    world.domains[key] = world.domains[key].model_copy(
+        update={"unmigratable": [Unmigratable(code=LOCAL, detail="/var/lib/db.img")]}
+    )
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 5)
+    assert [u for _, u in world.starts] == ["uuid-web"]
+    assert "shared storage" in rec.last.not_restarted["db"]
+
+
+def test_a_returning_host_loses_its_stale_copies_and_keeps_what_runs_nowhere_else() -> None:
+    world, d, rec = cluster()
+    world.domains[("a", "uuid-spare")] = vm("spare", "a").model_copy(
+        update={"state": VmRunState.SHUTOFF}
+    )
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 5)
+    world.up["a"] = True  # back, with its old definitions, shut off
+    rounds(world, d, rec, 1)
+    assert sorted(u for _, u in world.undefined) == ["uuid-db", "uuid-web"]
+    for name in ("web", "db"):
+        assert [h for (h, u) in world.domains if u == f"uuid-{name}"] != ["a"]
+        assert len([h for (h, u) in world.domains if u == f"uuid-{name}"]) == 1
+    assert ("a", "uuid-spare") in world.domains  # ran nowhere else: left alone
+    assert world.saved is not None
+    assert "a" not in world.saved.hosts
+
+
+def test_nothing_happens_when_recovery_is_disabled() -> None:
+    world, d, rec = cluster(enabled=False)
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    rounds(world, d, rec, 6)
+    assert world.fenced == []
+    assert world.starts == []
