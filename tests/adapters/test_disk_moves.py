@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid as uuidlib
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,19 @@ import pytest
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.lab import Lab
+from reconciler.adapters.libvirt import cold
+from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+from reconciler.adapters.libvirt.leftovers import Leftovers
 from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.recorder import LibvirtRecorder
 from reconciler.config import load_desired
+from reconciler.core import intents
 from reconciler.model.base import HostName, VmName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move, Reason
 from reconciler.model.policy import LocalDisks
-from reconciler.model.snapshot import MigrationClass
+from reconciler.model.snapshot import MigrationClass, MoveIntent, ReconcilerState
 from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
 pytestmark = pytest.mark.lab
@@ -67,10 +74,11 @@ def _conn(lab: Lab, host: str) -> Any:
     return libvirt.open(next(h.uri for h in lab.hosts if h.name == host))
 
 
-def _volume(conn: Any, name: str, fmt: str, data: bytes) -> None:
+def _volume(conn: Any, name: str, fmt: str, data: bytes, *, sparse: bool = False) -> None:
     pool = conn.storagePoolLookupByName("local")
+    allocation = "<allocation unit='bytes'>0</allocation>" if sparse else ""
     vol = pool.createXML(
-        f"<volume><name>{name}</name><capacity unit='bytes'>{64 * MIB}</capacity>"
+        f"<volume><name>{name}</name><capacity unit='bytes'>{64 * MIB}</capacity>{allocation}"
         f"<target><format type='{fmt}'/></target></volume>",
         0,
     )
@@ -192,7 +200,7 @@ def test_a_target_pool_holding_the_volume_refuses_and_nothing_changes(disk_lab: 
 
 
 def test_a_copy_whose_target_dies_leaves_the_source_intact_and_no_partial_volume(
-    disk_lab: Lab,
+    disk_lab: Lab, tmp_path: Path
 ) -> None:
     name = f"dies-{next(_names)}"
     data = os.urandom(MIB) * 48
@@ -209,10 +217,11 @@ def test_a_copy_whose_target_dies_leaves_the_source_intact_and_no_partial_volume
     )
     d = d.model_copy(update={"cluster": cluster})
     move = _move(name, "kvm-01", "kvm-02", MigrationClass.COPY)
+    noted = tmp_path / "leftover-volumes.json"
     killer = threading.Timer(1.5, libvirt_lab.kill_host, (Path(disk_lab.dir), "kvm-02"))
     killer.start()
     try:
-        result = LibvirtMigrator(d).migrate(
+        result = LibvirtMigrator(d, leftovers=Leftovers(noted)).migrate(
             move, on_progress=lambda _p: None, abort=threading.Event()
         )
     finally:
@@ -223,7 +232,117 @@ def test_a_copy_whose_target_dies_leaves_the_source_intact_and_no_partial_volume
     assert dom.isActive()
     assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
     assert (_read(src, f"{name}.img") or b"")[: len(data)] == data
-    # the precreated target volume is removed, or (its daemon dead at that moment) named
-    leftover = _read(_conn(disk_lab, "kvm-02"), f"{name}.img")
-    assert leftover is None or "could not be deleted" in (result.error or ""), result.error
+    _no_partial_volume_after_restart(disk_lab, d, noted, "kvm-02", f"{name}.img", result.error)
     dom.destroy()
+
+
+def _no_partial_volume_after_restart(
+    lab: Lab, d: DesiredState, noted: Path, host: str, volume: str, error: str | None
+) -> None:
+    """The target volume is gone, or (its daemon dead at that moment) noted and deleted by a
+    reconciler started afresh once the host answers again."""
+    if _read(_conn(lab, host), volume) is None:
+        return
+    assert "noted and will be deleted" in (error or ""), error
+    assert volume in noted.read_text()
+    restarted = LibvirtMigrator(d, leftovers=Leftovers(noted))
+    with ConnectionPool({h.name: h.uri for h in lab.hosts}) as pool:
+        restarted.leftovers.sweep(pool)
+    assert _read(_conn(lab, host), volume) is None
+    assert restarted.leftovers.entries() == []
+
+
+def test_a_cold_move_whose_target_dies_leaves_the_source_intact_and_no_partial_volume(
+    disk_lab: Lab, tmp_path: Path
+) -> None:
+    name = f"colddies-{next(_names)}"
+    data = os.urandom(MIB) * 64
+    src = _conn(disk_lab, "kvm-01")
+    _volume(src, f"{name}.img", "raw", data)
+    _define(src, disk_lab, name, f"{name}.img", "raw")
+    d = _desired(disk_lab)
+    noted = tmp_path / "leftover-volumes.json"
+    migrator = LibvirtMigrator(d, leftovers=Leftovers(noted))
+
+    def slow(_p: Any) -> None:  # stretch the copy so the kill lands mid-stream
+        time.sleep(0.05)
+
+    killer = threading.Timer(0.5, libvirt_lab.kill_host, (Path(disk_lab.dir), "kvm-03"))
+    killer.start()
+    try:
+        result = migrator.migrate(
+            _move(name, "kvm-01", "kvm-03", MigrationClass.COLD),
+            on_progress=slow,
+            abort=threading.Event(),
+        )
+    finally:
+        killer.join()
+        libvirt_lab.start_host(Path(disk_lab.dir), "kvm-03")
+    assert not result.succeeded
+    assert src.lookupByName(name).isPersistent()
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data
+    with pytest.raises(libvirt.libvirtError):
+        _conn(disk_lab, "kvm-03").lookupByName(name)
+    _no_partial_volume_after_restart(disk_lab, d, noted, "kvm-03", f"{name}.img", result.error)
+
+
+def test_a_cold_move_stopped_after_defining_the_target_is_undone_by_the_next_round(
+    disk_lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between defining the VM on the target and undefining it on the source: both hosts
+    hold it, shut off, with the same intent; the next reconciler removes the target copy."""
+    name = f"halfcold-{next(_names)}"
+    data = os.urandom(MIB) * 2
+    src = _conn(disk_lab, "kvm-02")
+    _volume(src, f"{name}.img", "raw", data)
+    found = _define(src, disk_lab, name, f"{name}.img", "raw").UUIDString()
+    d = _desired(disk_lab)
+    intent = MoveIntent(source="kvm-02", target="kvm-03", started_at=datetime.now(UTC))
+    LibvirtRecorder(d.cluster).record("kvm-02", name, ReconcilerState(intent=intent), uuid=found)
+    noted = tmp_path / "leftover-volumes.json"
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*_a: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(cold, "_defined_once", killed)
+    with pytest.raises(Killed):
+        LibvirtMigrator(d, leftovers=Leftovers(noted)).migrate(
+            _move(name, "kvm-02", "kvm-03", MigrationClass.COLD),
+            on_progress=lambda _p: None,
+            abort=threading.Event(),
+        )
+    monkeypatch.undo()
+    dst = _conn(disk_lab, "kvm-03")
+    assert dst.lookupByUUIDString(found).isPersistent()  # the crash left two definitions
+    with ConnectionPool({h.name: h.uri for h in disk_lab.hosts}) as pool:
+        seen = LibvirtClusterObserver(d.cluster, pool=pool, sample_interval=0).observe()
+        _, resolutions = intents.resolved(seen, datetime.now(UTC))
+        (r,) = [r for r in resolutions if r.vm == name]
+        assert (r.host, r.discard_on) == ("kvm-02", "kvm-03")
+        LibvirtMigrator(d, pool=pool, leftovers=Leftovers(noted)).discard_copy(
+            "kvm-03", name, uuid=found
+        )
+    with pytest.raises(libvirt.libvirtError):
+        dst.lookupByUUIDString(found)
+    assert _read(dst, f"{name}.img") is None
+    assert src.lookupByUUIDString(found).isPersistent()
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data
+
+
+def test_a_cold_copy_is_sparse(disk_lab: Lab) -> None:
+    name = f"sparse-{next(_names)}"
+    data = os.urandom(MIB)
+    src, dst = _conn(disk_lab, "kvm-03"), _conn(disk_lab, "kvm-01")
+    _volume(src, f"{name}.img", "raw", data, sparse=True)  # 1 MiB of data in 64 MiB
+    _define(src, disk_lab, name, f"{name}.img", "raw")
+    result = _migrate(disk_lab, _move(name, "kvm-03", "kvm-01", MigrationClass.COLD))
+    assert result.succeeded, result.error
+    assert result.data_bytes is not None and result.data_bytes < 8 * MIB
+    vol = dst.storagePoolLookupByName("local").storageVolLookupByName(f"{name}.img")
+    _kind, capacity, allocation = vol.info()
+    assert capacity == 64 * MIB
+    assert allocation < 8 * MIB
+    assert (_read(dst, f"{name}.img") or b"")[: len(data)] == data

@@ -84,6 +84,8 @@ def start_host(directory: Path, name: str) -> bool:
     if processes.ours(old, "lab_host.py"):
         # the old supervisor still reaps the QEMUs it adopted: keep it findable by stop_lab
         (hdir / "reaper.pid").rename(hdir / f"reaper-{old}.pid")
+    else:  # gone with its daemon (no QEMU to reap): its pid must not pass for the new one's
+        (hdir / "reaper.pid").unlink(missing_ok=True)
     for stale in [hdir / "libvirtd.pid", *(hdir / "sock").iterdir()]:
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()

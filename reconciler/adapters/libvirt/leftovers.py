@@ -9,7 +9,9 @@ host answers again.
 
 A noted volume is deleted only when no domain defined on its host refers to it (by path, or
 by pool and name): a move whose outcome was misjudged, or a VM defined there since, keeps its
-disk. Each volume was checked absent on the target before its move started.
+disk. Each volume was checked absent on the target before its move started. A volume the shut-off
+copy of its own VM refers to (a cold move stopped midway) stays noted: it goes once that copy
+is discarded.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class Leftovers:
             if note is not None and note.startswith("could not"):
                 notes.append(note)
                 continue
+            if note == _WAIT:
+                continue
             if note is not None:
                 log.info("%s", note)
             with self._lock:
@@ -154,22 +158,27 @@ class Leftovers:
                 log.warning("leftover volumes: %s", note)
 
 
-def _used(conn: Any) -> set[str]:
-    """Paths and ``pool/volume`` names the domains defined on ``conn``'s host refer to."""
-    used: set[str] = set()
+_WAIT = "wait"
+
+
+def _used(conn: Any) -> dict[str, tuple[str, bool]]:
+    """Paths and ``pool/volume`` names the domains defined on ``conn``'s host refer to, each
+    with the UUID of the domain and whether it is active."""
+    used: dict[str, tuple[str, bool]] = {}
     for dom in conn.listAllDomains(0):
         with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
             root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            user = (str(dom.UUIDString()), bool(dom.isActive()))
             for source in root.iterfind("devices/disk/source"):
                 for key in ("file", "dev"):
                     if source.get(key):
-                        used.add(str(source.get(key)))
+                        used[str(source.get(key))] = user
                 if source.get("pool") and source.get("volume"):
-                    used.add(f"{source.get('pool')}/{source.get('volume')}")
+                    used[f"{source.get('pool')}/{source.get('volume')}"] = user
     return used
 
 
-def _delete(conn: Any, entry: Leftover, used: set[str]) -> str | None:
+def _delete(conn: Any, entry: Leftover, used: dict[str, tuple[str, bool]]) -> str | None:
     """Delete one noted volume; what happened, None when it was not there."""
     where = f"{entry.pool}/{entry.volume} on {entry.host}"
     try:
@@ -180,7 +189,10 @@ def _delete(conn: Any, entry: Leftover, used: set[str]) -> str | None:
     except libvirt.libvirtError:
         return None
     try:
-        if vol.path() in used or f"{entry.pool}/{entry.volume}" in used:
+        user = used.get(vol.path()) or used.get(f"{entry.pool}/{entry.volume}")
+        if user == (entry.vm_uuid, False):
+            return _WAIT  # the shut-off copy of its VM: it goes when that copy is discarded
+        if user is not None:
             return f"kept volume {where}: a domain there uses it"
         vol.delete(0)
     except libvirt.libvirtError as err:
