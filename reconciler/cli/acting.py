@@ -199,8 +199,8 @@ def round_ports(
     The observer, the migrator and the recorder share one connection per host, opened on
     first use and closed when the ``with`` block ends (the command, or one round of ``run``).
     """
-    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
     from reconciler.adapters.files.status import default_state_dir
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
     from reconciler.adapters.libvirt.connection import ConnectionSettings
     from reconciler.adapters.libvirt.leftovers import Leftovers
     from reconciler.adapters.libvirt.migrator import LibvirtMigrator

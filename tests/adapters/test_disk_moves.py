@@ -8,8 +8,8 @@ import os
 import threading
 import time
 import uuid as uuidlib
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -320,7 +320,7 @@ def test_a_cold_move_stopped_after_defining_the_target_is_undone_by_the_next_rou
     with ConnectionPool({h.name: h.uri for h in disk_lab.hosts}) as pool:
         seen = LibvirtClusterObserver(d.cluster, pool=pool, sample_interval=0).observe()
         _, resolutions = intents.resolved(seen, datetime.now(UTC))
-        (r,) = [r for r in resolutions if r.vm == name]
+        (r,) = (r for r in resolutions if r.vm == name)
         assert (r.host, r.discard_on) == ("kvm-02", "kvm-03")
         LibvirtMigrator(d, pool=pool, leftovers=Leftovers(noted)).discard_copy(
             "kvm-03", name, uuid=found
@@ -340,7 +340,8 @@ def test_a_cold_copy_is_sparse(disk_lab: Lab) -> None:
     _define(src, disk_lab, name, f"{name}.img", "raw")
     result = _migrate(disk_lab, _move(name, "kvm-03", "kvm-01", MigrationClass.COLD))
     assert result.succeeded, result.error
-    assert result.data_bytes is not None and result.data_bytes < 8 * MIB
+    assert result.data_bytes is not None
+    assert result.data_bytes < 8 * MIB
     vol = dst.storagePoolLookupByName("local").storageVolLookupByName(f"{name}.img")
     _kind, capacity, allocation = vol.info()
     assert capacity == 64 * MIB

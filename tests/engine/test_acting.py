@@ -139,7 +139,8 @@ def test_a_cold_move_stopped_with_the_vm_defined_on_both_hosts_is_undone(
     assert fake.discarded == [("h1", "vm0")]
     record = fake.vms["vm0"].record
     assert (fake.vms["vm0"].host, record.intent) == ("h0", None)
-    assert record.last_failure is not None and record.last_failure.target == "h1"
+    assert record.last_failure is not None
+    assert record.last_failure.target == "h1"
 
 
 def test_a_stopped_cold_move_whose_copy_cannot_be_removed_keeps_its_intent() -> None:
