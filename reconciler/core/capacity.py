@@ -83,6 +83,8 @@ class VmInfo(NamedTuple):
     disks: tuple[str, ...] = ()
     """Its local disks (guest devices), copied by a move."""
     disk_bytes: int = 0
+    refused_by: tuple[tuple[str, str], ...] = ()
+    """(host, why) for each host that would refuse it (CPU, hugepages, machine type)."""
 
 
 @dataclass(frozen=True, slots=True)

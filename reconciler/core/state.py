@@ -213,6 +213,7 @@ def build(
             migration_class=vm.migration_class,
             disks=tuple(d.target for d in vm.disks if not d.shared),
             disk_bytes=vm.disk_bytes,
+            refused_by=tuple(sorted(vm.refused_by.items())),
         )
         if not shadow:
             vm_index[vm.name] = info.index

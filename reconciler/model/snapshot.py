@@ -163,6 +163,10 @@ class VmState(Frozen):
     disk_bytes: int = Field(
         default=0, ge=0, description="Bytes of local disks a move copies (allocation)."
     )
+    refused_by: dict[HostName, str] = Field(
+        default_factory=dict,
+        description="Hosts that would refuse it (CPU, hugepages, machine type), each with why.",
+    )
 
 
 class HostState(Frozen):

@@ -24,6 +24,7 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
+from reconciler.adapters.libvirt.compatibility import Needs
 from reconciler.adapters.libvirt.domain_disks import (
     DiskRef,
     PoolInfo,
@@ -80,6 +81,7 @@ class _Vm:
     passthrough: str | None
     disk_refs: tuple[DiskRef, ...] = ()
     disks: list[VmDisk] = field(default_factory=list)
+    needs: Needs | None = None
 
 
 @dataclass
@@ -324,6 +326,7 @@ def _parse_vms(
                 blockers=reading.blockers,
                 passthrough=reading.passthrough,
                 disk_refs=reading.disks,
+                needs=reading.needs,
             )
         )
     return vms
@@ -351,6 +354,7 @@ RawVm = tuple[
     list[Unmigratable],  # what the XML alone says blocks a migration
     str | None,  # CPU mode when host-passthrough or maximum
     list[VmDisk],  # its disks, resolved against the host's storage pools
+    Needs | None,  # what it asks of a target host
 ]
 """One VM as plain values, in ``VmState``'s terms."""
 RawHost = tuple[
@@ -449,6 +453,7 @@ def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
         vm.blockers,
         vm.passthrough,
         vm.disks,
+        vm.needs,
     )
 
 
