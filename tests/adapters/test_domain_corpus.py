@@ -30,6 +30,15 @@ EXPECTED = {
     "hostdev-pci-address.xml": MigrationClass.IMMOVABLE,
     "hostdev-mdev-precreated.xml": MigrationClass.IMMOVABLE,
     "tpm-emulator.xml": MigrationClass.IMMOVABLE,
+    "hugepages-default.xml": MigrationClass.SHARED,  # no disks: only memory moves
+    "cpu-host-model-features.xml": MigrationClass.SHARED,
+    "cpu-host-passthrough-features.xml": MigrationClass.IMMOVABLE,  # a block device in no pool
+}
+NEEDS = {  # name -> (CPU mode, CPU compared as written, hugepage KiB)
+    "hugepages-default.xml": (None, False, 2048),
+    "cpu-host-model-features.xml": ("host-model", False, None),  # no model named: the host's
+    "cpu-host-passthrough-features.xml": ("host-passthrough", False, None),
+    "minimal.xml": (None, False, None),
 }
 
 
@@ -140,6 +149,22 @@ def test_crashed_vm_is_immovable_and_vhost_user_too() -> None:
     klass, reasons, _ = _classify(_domain(vhost), {})
     assert klass is MigrationClass.IMMOVABLE
     assert reasons == ["disk vda is a vhost-user disk"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_what_each_corpus_domain_asks_of_a_target(name: str) -> None:
+    needs = read_domain((CORPUS / name).read_text()).needs
+    assert needs is not None
+    assert needs.arch in ("x86_64", "i686")
+    assert needs.machine
+    assert needs.memory > 0
+    if name in NEEDS:
+        mode, written, page = NEEDS[name]
+        assert (needs.cpu_mode, needs.cpu_xml is not None, needs.hugepage_kib) == (
+            mode,
+            written,
+            page,
+        )
 
 
 def test_every_corpus_file_parses_as_xml() -> None:

@@ -72,7 +72,7 @@ def needs_of(domain: ET.Element) -> Needs:
     cpu = domain.find("cpu")
     mode = cpu.get("mode") if cpu is not None else None
     cpu_xml = None
-    if cpu is not None and mode in _CPU_MODES and cpu.find("model") is not None:
+    if cpu is not None and mode in _CPU_MODES and (cpu.findtext("model") or "").strip():
         custom = ET.Element("cpu", mode="custom", match="exact")
         custom.extend(c for c in cpu if c.tag in ("model", "vendor", "feature"))
         cpu_xml = ET.tostring(custom, encoding="unicode")
