@@ -10,8 +10,8 @@ Three questions, each to the target host's libvirt:
   give a guest; the raw host CPU would list features no hypervisor passes through). Either is
   compared as a custom CPU, as libvirt sends it on migration. A host-passthrough VM among hosts
   of different CPU models stays immovable besides (``HostPassthroughCpu``): it gets the whole
-  host CPU, more than any comparison covers. Answers are cached per source host, target host and
-  CPU definition.
+  host CPU, more than any comparison covers. Answers are cached per target host and CPU
+  definition (which names the source's model), so hosts of one model are asked once per target.
 - Hugepages: a VM backed by hugepages goes only where the target has enough of that page size
   free (``getFreePages``). Moves to the same target within one plan are not summed here.
 - Machine type and emulator: ``getDomainCapabilities`` for the VM's emulator, architecture,
@@ -136,7 +136,7 @@ class Compatibility:
         self._call = call
         self.timeout = timeout
         self.calls = 0
-        self._cpu: dict[tuple[str, str, str], str | None] = {}
+        self._cpu: dict[tuple[str, str], str | None] = {}
         self._caps: dict[tuple[str | None, ...], str | None] = {}
         self._free: dict[tuple[str, int], int | None] = {}
         self._host_cpu: dict[str, str | None] = {}
@@ -149,35 +149,50 @@ class Compatibility:
     def refusals(
         self, vms: Iterable[Candidate], targets: Iterable[str]
     ) -> dict[tuple[str, str], dict[str, str]]:
-        """(uuid, host) -> {target: why it refuses the VM}, for each VM some target refuses."""
+        """(uuid, host) -> {target: why it refuses the VM}, for each VM some target refuses.
+
+        VMs are grouped by what is asked about them (machine key; CPU definition), so a target
+        is asked once per group, not once per VM: the loops stay near hosts x groups.
+        """
         hosts = list(targets)
         out: dict[tuple[str, str], dict[str, str]] = {}
+        machines: dict[tuple[str | None, ...], list[Candidate]] = {}
+        cpus: dict[tuple[str, tuple[str | None, ...]], list[Candidate]] = {}
+        pages: list[Candidate] = []
         for vm in vms:
-            refused: dict[str, str] = {}
-            for target in hosts:
-                if target == vm.host or target in self._silent:
+            n = vm.needs
+            machines.setdefault(_machine_key(n), []).append(vm)
+            if vm.running and n.checks_cpu:
+                cpu = n.cpu_xml or self._source_cpu(vm.host, n)
+                if cpu is not None:
+                    cpus.setdefault((cpu, _machine_key(n)), []).append(vm)
+            if vm.running and n.hugepage_kib:
+                pages.append(vm)
+        checks: list[tuple[list[Candidate], str | None]] = [(m, None) for m in machines.values()]
+        checks += [(members, cpu) for (cpu, _), members in cpus.items()]
+        checks += [([vm], "") for vm in pages]  # "": its hugepages
+        for target in hosts:
+            for members, cpu in checks:
+                if target in self._silent or all(vm.host == target for vm in members):
                     continue
-                why = self.refusal(vm, target)
-                if why is not None:
-                    refused[target] = why
-            if refused:
-                out[(vm.uuid, vm.host)] = refused
+                n = members[0].needs
+                if cpu is None:
+                    why = self._machine(target, n)
+                elif cpu:
+                    why = self._cpu_refusal(target, cpu, n)
+                else:
+                    why = self._hugepages(target, n)
+                if why is None:
+                    continue
+                for vm in members:
+                    if vm.host != target:
+                        out.setdefault((vm.uuid, vm.host), {}).setdefault(target, why)
         return out
-
-    def refusal(self, vm: Candidate, target: str) -> str | None:
-        """Why ``target`` would refuse ``vm``, None when nothing does."""
-        n = vm.needs
-        why = self._machine(target, n)
-        if why is None and vm.running and n.checks_cpu:
-            why = self._cpu_refusal(vm.host, target, n)
-        if why is None and vm.running and n.hugepage_kib:
-            why = self._hugepages(target, n)
-        return why
 
     # --- the three questions ----------------------------------------------------------------
 
     def _machine(self, target: str, n: Needs) -> str | None:
-        key = (target, n.emulator, n.arch, n.machine, n.virt_type)
+        key = (target, *_machine_key(n))
         if key not in self._caps:
             self._caps[key] = self._ask(
                 target,
@@ -189,11 +204,8 @@ class Compatibility:
             )
         return self._caps[key]
 
-    def _cpu_refusal(self, source: str, target: str, n: Needs) -> str | None:
-        cpu = n.cpu_xml or self._source_cpu(source, n)
-        if cpu is None:
-            return None
-        key = (source, target, hashlib.sha256(cpu.encode()).hexdigest())
+    def _cpu_refusal(self, target: str, cpu: str, n: Needs) -> str | None:
+        key = (target, hashlib.sha256(cpu.encode()).hexdigest())
         if key not in self._cpu:
             flags = libvirt.VIR_CONNECT_COMPARE_CPU_FAIL_INCOMPATIBLE
             self._cpu[key] = self._ask(
@@ -201,8 +213,7 @@ class Compatibility:
                 lambda c: c.compareHypervisorCPU(
                     n.emulator, n.arch, n.machine, n.virt_type, cpu, flags
                 ),
-                lambda err: f"its CPU ({n.cpu_mode} on {source}) is not compatible "
-                f"with {target}: {err}",
+                lambda err: f"its CPU ({n.cpu_mode}) is not compatible with {target}: {err}",
                 incompatible=lambda result: result == libvirt.VIR_CPU_COMPARE_INCOMPATIBLE,
             )
         return self._cpu[key]
@@ -284,6 +295,10 @@ class Compatibility:
             log.info("compatibility: %s could not be asked: %s", host, err)
             self._silent.add(host)
             return None
+
+
+def _machine_key(n: Needs) -> tuple[str | None, ...]:
+    return (n.emulator, n.arch, n.machine, n.virt_type)
 
 
 def _free_pages(pages: Mapping[Any, Any], size: int) -> int | None:

@@ -183,20 +183,6 @@ def verify_volumes(conn: Any, volumes: list[Volume]) -> str | None:
     return None
 
 
-def delete_volumes(conn: Any, volumes: list[Volume], where: str) -> list[str]:
-    """Delete ``volumes`` on ``conn``'s host; what could not be deleted, as notes."""
-    notes: list[str] = []
-    for vol in volumes:
-        try:
-            there = _target_volume(conn, vol)
-            if there is not None:
-                there.delete(0)
-                log.info("deleted volume %s/%s on %s", vol.pool, vol.name, where)
-        except (libvirt.libvirtError, DiskMoveError) as err:
-            notes.append(f"volume {vol.pool}/{vol.name} on {where} could not be deleted: {err}")
-    return notes
-
-
 def live_copy(
     migrator: LibvirtMigrator,
     pool: ConnectionPool,
@@ -233,7 +219,8 @@ def live_copy(
         return result.model_copy(
             update={"error": f"moved, but {problem}; the source volumes are kept"}
         )
-    cleaned = delete_volumes(src, volumes, move.source)
+    leftovers.expect(move.source, volumes, found)  # noted first: a crash now loses no track
+    cleaned = leftovers.remove(pool, move.source, found)
     return result.model_copy(update={"error": "; ".join(cleaned) or result.error})
 
 

@@ -116,6 +116,7 @@ def observe_cluster(
     processes: int | None = None,
     now: datetime | None = None,
     borrow: Callable[[str], Any] | None = None,
+    compatibility: bool = True,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``.
 
@@ -128,7 +129,8 @@ def observe_cluster(
     ``now`` is the snapshot's ``takenAt`` (default: the current time). ``borrow`` (host name
     -> open connection, a ``ConnectionPool``'s ``get``) observes over the command's open
     connections instead of opening and closing one per host; worker processes of a large
-    cluster cannot share them and open their own.
+    cluster cannot share them and open their own. ``compatibility`` asks each host which VMs
+    of the others it would refuse (``compatibility``), over the same connections.
     """
     s = observe_settings(
         cluster,
@@ -158,7 +160,7 @@ def observe_cluster(
         else:
             raw = _fan_out(hosts, probe, threads, processes)
         results = [host_result(r) for r in raw]
-    refused = _refusals(cluster, results, s, borrow)
+    refused = _refusals(cluster, results, s, borrow) if compatibility else {}
     return _snapshot(cluster.metadata.name, results, taken_at, refused)
 
 
