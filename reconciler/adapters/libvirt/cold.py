@@ -183,7 +183,9 @@ def cold_move(
         leftovers.expect(move.source, volumes, found)
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_KEEP_NVRAM)
     except (libvirt.libvirtError, DiskMoveError) as err:
+        # the source's volumes are its disks again, the target's leftovers again
         leftovers.forget(move.source, volumes, found)
+        leftovers.expect(move.target, volumes, found)
         notes = _undo(leftovers, pool, move, defined, found)
         return _result(move, began, False, "; ".join([f"cold move failed: {err}", *notes]))
     notes = leftovers.remove(pool, move.source, found)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import libvirt
 
 from reconciler.adapters.libvirt.pool import ConnectionPool
-from reconciler.errors import HostTimeout, HostUnreachable
+from reconciler.errors import HostTimeout, HostUnreachable, ReconcilerError
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
@@ -205,7 +205,11 @@ def live_copy(
         return _failed(move, began, f"not started: {err}")
     leftovers = migrator.leftovers
     leftovers.expect(move.target, volumes, found)  # libvirt may precreate them
-    result = migrator.migrate_live(pool, move, on_progress=on_progress, abort=abort, uuid=found)
+    try:
+        result = migrator.migrate_live(pool, move, on_progress=on_progress, abort=abort, uuid=found)
+    except ReconcilerError:  # the source stopped answering before anything started
+        leftovers.remove(pool, move.target, found)
+        raise
     if not result.succeeded:
         notes: list[str] = []
         if move.target not in (*result.running_on, *result.paused_on):
