@@ -110,6 +110,9 @@ class FakeCluster:
         self._fail: dict[str, str] = {}
         self._lie: set[str] = set()
         self.on_migrate: Callable[[Move], None] | None = None
+        self.copies: dict[str, tuple[str, ReconcilerState]] = {}
+        """VM name -> (host, record) of a shut-off copy a stopped cold move left there."""
+        self.discarded: list[tuple[str, str]] = []
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -163,11 +166,18 @@ class FakeCluster:
             wanted = [self.hosts[h] for h in hosts if h in self.hosts]
             self.host_calls.update(h.name for h in wanted)
             up = {h.name for h in wanted if h.reachable}
+            vms = [self._vm_state(v) for v in self.vms.values() if v.host in up]
+            for name, (host, record) in self.copies.items():
+                if host in up:
+                    copy = self._vm_state(self.vms[name]).model_copy(
+                        update={"host": HostName(host), "reconciler": record}
+                    )
+                    vms.append(copy)
             return Snapshot(
                 cluster=self.name,
                 taken_at=self.clock.now(),
                 hosts=[self._host_state(h) for h in wanted],
-                vms=[self._vm_state(v) for v in self.vms.values() if v.host in up],
+                vms=vms,
             )
 
     def observe(self) -> Snapshot:
@@ -235,6 +245,16 @@ class FakeCluster:
             downtime_ms=12.0,
             data_bytes=move.memory,
         )
+
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        with self.lock:
+            self.host_calls[host] += 1
+            if not self.hosts[host].reachable:
+                raise HostUnreachable(f"cannot connect to {host}")
+            if self.copies.get(vm, ("", None))[0] != host or uuid != f"uuid-{vm}":
+                raise HostUnreachable(f"no copy of {vm} on {host}")
+            del self.copies[vm]
+            self.discarded.append((host, vm))
 
     # --- DomainRecorder -------------------------------------------------------------------
 

@@ -199,8 +199,10 @@ def round_ports(
     The observer, the migrator and the recorder share one connection per host, opened on
     first use and closed when the ``with`` block ends (the command, or one round of ``run``).
     """
+    from reconciler.adapters.files.status import default_state_dir
     from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
     from reconciler.adapters.libvirt.connection import ConnectionSettings
+    from reconciler.adapters.libvirt.leftovers import Leftovers
     from reconciler.adapters.libvirt.migrator import LibvirtMigrator
     from reconciler.adapters.libvirt.observe_host import KEEPALIVE_COUNT
     from reconciler.adapters.libvirt.observer import observe_settings
@@ -227,10 +229,13 @@ def round_ports(
         keepalive_count=KEEPALIVE_COUNT,
     )
     pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
+    base = getattr(args, "state_dir", None) or default_state_dir()
+    # kept across restarts: volumes a failed disk move left on a host that did not answer
+    leftovers = Leftovers(base / desired.cluster.metadata.name / "leftover-volumes.json")
     try:
         yield RoundPorts(
             observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
-            migrator=LibvirtMigrator(desired, connection=settings, pool=pool),
+            migrator=LibvirtMigrator(desired, connection=settings, pool=pool, leftovers=leftovers),
             recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
             status=status_store(args, desired.cluster.metadata.name),
             clock=SystemClock(),

@@ -80,6 +80,13 @@ class View:
                     total=p.data_total or m.memory,
                     completed=p.data_processed,
                 )
+                if p.disk_total:  # a move that copies disks: say which phase it is in
+                    phase = f"disks {p.disk_processed * 100 // p.disk_total}%"
+                    if p.phase == "memory":
+                        phase = "memory (disks copied)"
+                    bar.update(
+                        self.tasks[m.vm], description=f"{m.vm} {m.source} -> {m.target} {phase}"
+                    )
             elif e.kind in ("done", "skip") and e.result is not None:
                 r = e.result
                 task = self.tasks.get(m.vm)

@@ -37,7 +37,7 @@ from reconciler.core.state import Journal, Model, build
 from reconciler.model.base import Frozen
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move, Reason
-from reconciler.model.snapshot import Snapshot, VmRunState, VmState
+from reconciler.model.snapshot import MigrationClass, Snapshot, VmRunState, VmState
 
 
 class Verdict(StrEnum):
@@ -283,11 +283,13 @@ def _stale(
         if vm.host == m.target:
             return AdmitCode.ALREADY_ON_TARGET, f"{m.vm} already runs on {m.target}"
         return AdmitCode.MOVED_ELSEWHERE, f"{m.vm} now runs on {vm.host}, not on {m.source}"
-    if vm.state is not VmRunState.RUNNING:
-        return AdmitCode.NOT_RUNNING, f"{m.vm} is {vm.state.value}, not running"
-    if not vm.migratable:
-        why = "; ".join(u.detail for u in vm.unmigratable) or "not live-migratable"
-        return AdmitCode.UNMIGRATABLE, f"{m.vm} cannot be live-migrated: {why}"
+    cold = m.migration_class is MigrationClass.COLD
+    if vm.state is not (VmRunState.SHUTOFF if cold else VmRunState.RUNNING):
+        wanted = "shut off" if cold else "running"
+        return AdmitCode.NOT_RUNNING, f"{m.vm} is {vm.state.value}, not {wanted}"
+    why = _unmovable(m, vm, model)
+    if why is not None:
+        return AdmitCode.UNMIGRATABLE, why
     t = model.host_index.get(m.target)
     if t is None or not model.hosts[t].known:
         return AdmitCode.TARGET_UNREACHABLE, f"{m.target} is unreachable"
@@ -295,6 +297,19 @@ def _stale(
         return AdmitCode.TARGET_MAINTENANCE, f"{m.target} is in maintenance"
     if m.vm not in model.vm_index:
         return AdmitCode.SOURCE_UNREACHABLE, f"{m.source} is unreachable"
+    return None
+
+
+def _unmovable(m: Move, vm: VmState, model: Model) -> str | None:
+    """Why ``m`` may not start: its VM's class changed since planning, or the policy forbids it."""
+    if vm.migration_class is not m.migration_class:
+        return f"{m.vm} is now of class {vm.migration_class.value}, planned as {m.migration_class}"
+    v = model.vm_index.get(m.vm)
+    if v is not None and not model.vms[v].migratable:
+        return model.vms[v].fixed or f"{m.vm} cannot be moved"
+    if v is None and not vm.migratable:
+        why = "; ".join(u.detail for u in vm.unmigratable) or "not live-migratable"
+        return f"{m.vm} cannot be live-migrated: {why}"
     return None
 
 

@@ -20,8 +20,8 @@ import itertools
 from collections.abc import Iterable
 from typing import cast
 
-from reconciler.core.capacity import HostInfo, VmInfo, vm_loads
-from reconciler.core.state import Model, State, build, host_info
+from reconciler.core.capacity import HostInfo, VmInfo
+from reconciler.core.state import Model, State, build, host_info, vm_info
 from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import HostState, InFlight, Snapshot, VmState
 
@@ -191,8 +191,7 @@ class AdmissionView:
             if vm.labels != vms[v].labels:
                 self._built = None  # rule membership may change
                 return
-            vcpus, memory, cpu, mem = vm_loads(vm, spec)
-            new_vm = VmInfo(v, name, vms[v].labels, vcpus, memory, cpu, mem, False, vm.migratable)
+            new_vm = vm_info(vm, spec, v, in_flight=False, shadow=False)
             if new_vm != vms[v] or observed[v] != h:
                 new_vms.append((new_vm, h))
         for hi in new_hosts:

@@ -10,15 +10,15 @@ a less loaded one and must
 On a small cluster every such move lowers the spread itself; on a large one, where many hosts
 sit near the maximum, one move cannot lower the spread alone, so moves that even out the
 hottest and coolest hosts are taken until the spread drops. Greedy, fewest migrations first
-and then least memory moved: at each step, among moves from the most loaded hosts to the least
-loaded ones, a move that alone brings the spread within the threshold wins (the one with the
-lowest cost, then the least memory); otherwise the largest spread reduction per cost, counted
-in steps of ``GAIN_STEP`` points, then the largest reduction of squared score deviations per
-cost, then less memory, VM name and host name (cost = 1 per migration + 1 per preferred rule
-broken - 0.5 per preferred rule repaired). Memory only breaks ties between moves of similar
-effect: a small VM that closes less of the gap would take more migrations. Stop when the
-spread is within the threshold, when no move qualifies, or after ``max_moves``. A VM moves at
-most once per plan.
+and then fewest bytes copied: at each step, among moves from the most loaded hosts to the
+least loaded ones, a move that alone brings the spread within the threshold wins (the one with
+the lowest cost, then the fewest bytes to copy); otherwise the largest spread reduction per
+cost, counted in steps of ``GAIN_STEP`` points, then the largest reduction of squared score
+deviations per cost, then fewer bytes to copy (guest memory plus local disk allocation), VM
+name and host name (cost = 1 per migration + 1 per preferred rule broken - 0.5 per preferred
+rule repaired). Bytes only break ties between moves of similar effect: a small VM that closes
+less of the gap would take more migrations. Stop when the spread is within the threshold,
+when no move qualifies, or after ``max_moves``. A VM moves at most once per plan.
 
 When no single move qualifies (every VM on the hot host overshoots or does not fit, or the
 coolest hosts are too close for one move to raise the minimum), a bounded pair search tries
@@ -257,7 +257,7 @@ def _pair(
     (a big VM out, a smaller one back) and two moves toward two cool hosts are both found.
     Both moves are feasible in the order they are returned. Ranked like single moves: the
     pair that reaches the threshold first, then the largest reduction, then the preferred
-    rules the first move breaks or repairs, then less memory.
+    rules the first move breaks or repairs, then fewer bytes to copy.
     """
     state = board.state
     model = state.model
@@ -288,7 +288,7 @@ def _pair(
                 0 if reaches else 1,
                 0.0 if reaches else -round((spread - final) / GAIN_STEP),
                 breaks - 0.5 * repairs,
-                vm.memory + vm2.memory,
+                vm.copy_bytes + vm2.copy_bytes,
                 vm.name,
                 model.hosts[t].name,
                 vm2.name,
@@ -395,7 +395,7 @@ class _Search:
                     if new_spread > self.ceiling + EPSILON:
                         continue
                     reaches = new_spread <= self.threshold + EPSILON
-                    key = self._key(reaches, gain, dev, 1.0, vm.memory, vm.name, t_name)
+                    key = self._key(reaches, gain, dev, 1.0, vm.copy_bytes, vm.name, t_name)
                     if best_key is not None and key >= best_key:
                         continue
                     if check_move(state, v, t) is not None:
@@ -403,18 +403,19 @@ class _Search:
                     breaks, repairs = preferred_delta(state, v, t)
                     if breaks or repairs:
                         cost = max(0.25, 1.0 + breaks - 0.5 * repairs)
-                        key = self._key(reaches, gain, dev, cost, vm.memory, vm.name, t_name)
+                        key = self._key(reaches, gain, dev, cost, vm.copy_bytes, vm.name, t_name)
                     if best_key is None or key < best_key:
                         best_key, best = key, (v, t, new_spread)
         return best
 
     @staticmethod
     def _key(
-        reaches: bool, gain: float, dev: float, cost: float, memory: int, vm: str, host: str
+        reaches: bool, gain: float, dev: float, cost: float, copied: int, vm: str, host: str
     ) -> RankKey:
         """Rank: a move that alone brings the spread within the threshold first (then cost,
-        memory); else the largest spread reduction per cost, in steps of ``GAIN_STEP`` points,
-        then the largest deviation reduction per cost; memory only breaks ties."""
+        bytes to copy); else the largest spread reduction per cost, in steps of ``GAIN_STEP``
+        points, then the largest deviation reduction per cost; bytes to copy (memory plus
+        local disks) only break ties."""
         if reaches:
-            return (0, cost, 0.0, memory, vm, host)
-        return (1, -round(gain / cost / GAIN_STEP), -dev / cost, memory, vm, host)
+            return (0, cost, 0.0, copied, vm, host)
+        return (1, -round(gain / cost / GAIN_STEP), -dev / cost, copied, vm, host)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from reconciler.model.policy import BalancePolicySpec, Basis
-from reconciler.model.snapshot import VmRunState, VmState
+from reconciler.model.snapshot import MigrationClass, VmRunState, VmState
 
 # A host whose usable capacity is zero or less but carries load reads as this full.
 SATURATED = 999.0
@@ -72,8 +72,19 @@ class VmInfo(NamedTuple):
     """Numerator of memory utilisation on the policy basis (bytes)."""
     in_flight: bool
     migratable: bool
+    """May the planner move it: its migration class under the policy (``core.movable``)."""
     shadow: bool = False
     """A second sighting of an in-flight VM: load on that host, not a rule member."""
+    fixed: str = ""
+    """Why it may not move, when not ``migratable``."""
+    copy_bytes: int = 0
+    """Bytes a move copies: guest memory (when running) plus local disk allocation."""
+    migration_class: MigrationClass = MigrationClass.SHARED
+    disks: tuple[str, ...] = ()
+    """Its local disks (guest devices), copied by a move."""
+    disk_bytes: int = 0
+    refused_by: tuple[tuple[str, str], ...] = ()
+    """(host, why) for each host that would refuse it (CPU, hugepages, machine type)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ architecture.
 
 For a scope of at most ``EXACT_HOSTS`` hosts, ``EXACT_VMS`` VMs and ``EXACT_COLUMNS``
 variables, the cheapest plan (moves plus ``PREFERRED_COST`` per VM left on a host one of its
-preferred host rules does not permit), then the least memory moved among plans that cheap,
-whose final state is one where
+preferred host rules does not permit), then the fewest bytes copied (memory plus local
+disks) among plans that cheap, whose final state is one where
 
 - every VM is on a known host out of maintenance of its own architecture, permitted by its
   required host rules and not newly breaking a preferred one; VMs that may not move (in
@@ -24,7 +24,7 @@ whose final state is one where
   target[a]``.
 
 Two solves: the cost alone (whole numbers, so the solver's bound rounds up and small models
-are proven optimal at the root), then the least memory under that cost, skipped on models of
+are proven optimal at the root), then the fewest bytes to copy under that cost, skipped on models of
 more than ``MEMORY_COLUMNS`` variables, where it rarely finishes in ``MEMORY_TIME_LIMIT``.
 ``maxOutbound``/``maxInbound`` and disruption budgets limit how many moves run at once, not
 where VMs end: the waves keep them (:mod:`reconciler.core.waves`), so they are not
@@ -182,6 +182,7 @@ def solve(
             s,
             tuple(allowed),
             vm.memory,
+            vm.copy_bytes,
             vm.vcpus,
             vm.cpu_load,
             vm.mem_load,
@@ -205,7 +206,7 @@ def solve(
         v = members[c][0]
         if h != state.host_of[v]:
             cost[i] = 1.0
-            gib[i] = model.vms[v].memory / 2**30
+            gib[i] = model.vms[v].copy_bytes / 2**30  # memory plus local disks
         cost[i] += PREFERRED_COST * preferred_broken(state, v, h)
     rows: list[int] = []
     cidx: list[int] = []
@@ -330,7 +331,7 @@ def solve(
     if res.x is None or _stopped_by_clock(res):
         return None
     x = res.x
-    # Then the least memory among plans of that cost, on models small enough to finish in a
+    # Then the fewest bytes to copy among plans of that cost, on models small enough to finish in a
     # smaller budget (larger ones rarely find a plan in it); the first plan stands otherwise.
     if gib.any() and len(cols) <= MEMORY_COLUMNS:
         cap = LinearConstraint(cost.reshape(1, -1), -np.inf, float(res.fun) + 0.5)

@@ -4,7 +4,10 @@ Before a migration starts, the executor writes an intent on the domain (plan, so
 start time); after it ends, the outcome replaces it. An intent still there when a round begins
 belongs to a migration whose outcome was never written (the reconciler was killed, or lost
 its hold mid-move). It is resolved from the observation alone: the VM on the target is a move
-(its cooldown starts), on the source a failure, on both still in flight (left alone).
+(its cooldown starts), on the source a failure, on both still in flight (left alone), except a
+cold move stopped between defining the VM on the target and undefining it on the source: shut
+off on both hosts with the same intent, its target copy is discarded (the source was not
+touched before the copy was verified) and the move recorded as failed on the source.
 
 Records dated after ``limit`` (a clock gone wrong) are dropped rather than trusted.
 
@@ -21,7 +24,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reconciler.model.desired import DesiredState
-from reconciler.model.snapshot import FailedMove, ReconcilerState, Snapshot, VmState
+from reconciler.model.snapshot import (
+    FailedMove,
+    ReconcilerState,
+    Snapshot,
+    VmRunState,
+    VmState,
+)
 from reconciler.model.status import MoveOutcome, MoveResult
 
 
@@ -34,6 +43,8 @@ class Resolution:
     host: str
     state: ReconcilerState
     summary: str
+    discard_on: str | None = None
+    """A host whose shut-off copy of the VM is to be removed before the record is written."""
 
 
 def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapshot, list[str]]:
@@ -70,7 +81,15 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
     in_flight = {f.name for f in snapshot.in_flight}
     out: list[Resolution] = []
     replaced: dict[tuple[str, str], VmState] = {}
+    halves: set[str] = set()
     for name, seen in sightings.items():
+        half = _half_cold_move(seen)
+        if half is not None:
+            out.append(half)
+            halves.add(name)
+            source = next(v for v in seen if v.host == half.host)
+            replaced[(name, half.host)] = source.model_copy(update={"reconciler": half.state})
+            continue
         if len(seen) != 1 or name in in_flight:
             continue  # in flight, or not seen: nothing is settled yet
         vm = seen[0]
@@ -108,8 +127,42 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
         replaced[(vm.name, vm.host)] = vm.model_copy(update={"reconciler": state})
     if not replaced:
         return snapshot, []
+    discarded = {(r.vm, r.discard_on) for r in out if r.discard_on is not None}
     vms = [replaced.get((v.name, v.host), v) for v in snapshot.vms]
-    return snapshot.model_copy(update={"vms": vms}), out
+    vms = [v for v in vms if (v.name, v.host) not in discarded]
+    flights = [f for f in snapshot.in_flight if f.name not in halves]
+    return snapshot.model_copy(update={"vms": vms, "in_flight": flights}), out
+
+
+def _half_cold_move(seen: list[VmState]) -> Resolution | None:
+    """The resolution of a cold move stopped with the VM defined on both of its hosts."""
+    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+        return None
+    intent = seen[0].reconciler.intent
+    if intent is None or seen[1].reconciler.intent != intent:
+        return None
+    by_host: dict[str, VmState] = {v.host: v for v in seen}
+    source, target = by_host.get(intent.source), by_host.get(intent.target)
+    if source is None or target is None:
+        return None
+    if any(v.state is not VmRunState.SHUTOFF for v in seen):
+        return None  # one of them was started since: a person's doing, left to them
+    failure = FailedMove(
+        at=intent.started_at,
+        source=intent.source,
+        target=intent.target,
+        plan_id=intent.plan_id,
+        error="the cold move stopped after defining the VM on the target; "
+        "its copy there was removed, the VM stays on the source",
+    )
+    state = source.reconciler.model_copy(update={"intent": None, "last_failure": failure})
+    summary = (
+        f"a cold move to {intent.target} stopped midway: its copy there is removed, "
+        f"it stays on {intent.source}"
+    )
+    return Resolution(
+        source.name, source.uuid, source.host, state, summary, discard_on=intent.target
+    )
 
 
 def unrecorded_moves(

@@ -100,9 +100,9 @@ def improve(
         mine_cost = len(mine) + _preferred_broken(after, hosts_of)
         cost = len(found.target) + found.preferred
         # More architectures within the threshold first (what balancing is for), then fewer
-        # moves, then less memory.
-        mine_gib = sum(model.vms[s.vm].memory for s in mine)
-        gib = sum(model.vms[v].memory for v in found.target)
+        # moves, then fewer bytes to copy (memory plus local disks).
+        mine_gib = sum(model.vms[s.vm].copy_bytes for s in mine)
+        gib = sum(model.vms[v].copy_bytes for v in found.target)
         better = (-reaches, cost, gib) < (-mine_reach, mine_cost, mine_gib)
         if not better:
             proven.append(found.optimal and cost == mine_cost and reaches >= mine_reach)

@@ -117,6 +117,7 @@ def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: da
         created_at=now,
         observed_at=snapshot.taken_at,
         moves=this_round,
+        copy_bytes=sum(m.copy_bytes for m in this_round),
         deferred=deferred,
         unsatisfiable=problems,
         hosts=_host_loads(model, before, state),
@@ -231,6 +232,10 @@ def _move(model: Model, step: Step, wave: int) -> Move:
         rule=step.rule,
         detail=step.detail,
         wave=wave,
+        migration_class=vm.migration_class,
+        disks=list(vm.disks),
+        disk_bytes=vm.disk_bytes,
+        copy_bytes=vm.copy_bytes,
     )
 
 

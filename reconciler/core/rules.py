@@ -223,6 +223,7 @@ def compile_rules(
             groups.append(_group(len(groups), rule, members, hosts, host_rules, cache))
             for m in members:
                 vm_groups[m].append(groups[-1].index)
+    _refusals(vms, hosts, host_rules)
     return CompiledRules(
         host_rules=tuple(tuple(r) for r in host_rules),
         groups=tuple(groups),
@@ -232,6 +233,25 @@ def compile_rules(
         budgets=tuple(budgets),
         vm_budgets=tuple(tuple(b) for b in vm_budgets),
     )
+
+
+def _refusals(
+    vms: Sequence[VmInfo], hosts: Sequence[HostInfo], host_rules: list[list[HostRule]]
+) -> None:
+    """A host that would refuse a VM (observed: CPU, hugepages, machine type) is a required
+    anti-affinity to it, named for the refusal so the plan says why."""
+    index = {h.name: h.index for h in hosts}
+    for vm in vms:
+        for host, why in vm.refused_by:
+            if host in index:
+                rule = HostRule(
+                    name=f"compatibility: {host} refuses it ({why})",
+                    kind="hostAntiAffinity",
+                    required=True,
+                    hosts=frozenset({index[host]}),
+                    allow=False,
+                )
+                host_rules[vm.index].append(rule)
 
 
 def _group(

@@ -22,12 +22,13 @@ from reconciler.core.capacity import (
     vm_loads,
     weights_of,
 )
+from reconciler.core.movable import copy_bytes, why_fixed
 from reconciler.core.rules import CompiledRules, DomainCounts, compile_rules, domain_of, new_counts
 from reconciler.model.base import Frozen
 from reconciler.model.cluster import Host, effective_migration_limits, effective_reserve
 from reconciler.model.desired import DesiredState
-from reconciler.model.policy import Basis
-from reconciler.model.snapshot import HostState, Snapshot
+from reconciler.model.policy import BalancePolicySpec, Basis
+from reconciler.model.snapshot import HostState, Snapshot, VmState
 
 UNKNOWN_ARCH = "unknown"
 
@@ -215,6 +216,32 @@ def host_info(desired: DesiredState, host: Host, index: int, obs: HostState | No
     )
 
 
+def vm_info(
+    vm: VmState, spec: BalancePolicySpec, index: int, *, in_flight: bool, shadow: bool
+) -> VmInfo:
+    """The model's view of one observed VM (one sighting of it)."""
+    vcpus, memory, cpu, mem = vm_loads(vm, spec)
+    fixed = why_fixed(vm, spec)
+    return VmInfo(
+        index=index,
+        name=vm.name,
+        labels=vm.labels,
+        vcpus=vcpus,
+        memory=memory,
+        cpu_load=cpu,
+        mem_load=mem,
+        in_flight=in_flight,
+        migratable=fixed is None,
+        shadow=shadow,
+        fixed=fixed or "",
+        copy_bytes=copy_bytes(vm, memory),
+        migration_class=vm.migration_class,
+        disks=tuple(d.target for d in vm.disks if not d.shared),
+        disk_bytes=vm.disk_bytes,
+        refused_by=tuple(sorted(vm.refused_by.items())),
+    )
+
+
 def build(
     desired: DesiredState, snapshot: Snapshot, new_vm: NewVm | None = None
 ) -> tuple[Model, State]:
@@ -240,20 +267,8 @@ def build(
         h = host_index.get(vm.host)
         if h is None or not hosts[h].known:
             continue
-        vcpus, memory, cpu, mem = vm_loads(vm, spec)
         shadow = vm.name in vm_index
-        info = VmInfo(
-            index=len(vms),
-            name=vm.name,
-            labels=vm.labels,
-            vcpus=vcpus,
-            memory=memory,
-            cpu_load=cpu,
-            mem_load=mem,
-            in_flight=vm.name in in_flight,
-            migratable=vm.migratable,
-            shadow=shadow,
-        )
+        info = vm_info(vm, spec, len(vms), in_flight=vm.name in in_flight, shadow=shadow)
         if not shadow:
             vm_index[vm.name] = info.index
         vms.append(info)

@@ -50,7 +50,7 @@ def fixed_reason(state: State, v: int) -> tuple[Code, str] | None:
     if rule is not None:
         return Code.EXCLUDED, f"{vm.name} is excluded by rule {rule}"
     if not vm.migratable:
-        return Code.UNMIGRATABLE, f"{vm.name} cannot be live-migrated"
+        return Code.UNMIGRATABLE, vm.fixed or f"{vm.name} cannot be live-migrated"
     return None
 
 

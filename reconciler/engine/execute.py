@@ -358,8 +358,10 @@ class Execution:
 
     def _note_where(self, m: Move, r: MigrationResult) -> None:
         """Keep the working view of where the VM runs in step with the result."""
-        if r.running_on:
-            self.view.vm_now_on(m.vm, r.running_on[0])
+        if not r.running_on and not r.succeeded:
+            return
+        host = r.running_on[0] if r.running_on else m.target  # a cold move runs nowhere
+        self.view.vm_now_on(m.vm, host)
 
     def _skip(self, m: Move, code: str, message: str) -> None:
         log.info(

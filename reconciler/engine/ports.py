@@ -67,6 +67,11 @@ class Migrator(Protocol):
         """
         ...
 
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        """Remove the shut-off copy of ``vm`` (definition and copied volumes) that a cold move
+        stopped midway left on ``host``; ReconcilerError when it cannot be removed."""
+        ...
+
 
 class DomainRecorder(Protocol):
     def record(

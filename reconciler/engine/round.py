@@ -339,7 +339,16 @@ def _round(
         report.counted = True
     if not report.counted:
         return  # a look: nothing written
-    _write_resolutions(ports, resolutions)
+    kept = _write_resolutions(ports, resolutions)
+    if kept:  # a copy that could not be removed: its intent stays, for the next round
+        records = {(v.name, v.host): v.reconciler for v in sane.vms}
+        vms = [
+            v.model_copy(update={"reconciler": records[(v.name, v.host)]})
+            if v.name in kept and (v.name, v.host) in records
+            else v
+            for v in snapshot.vms
+        ]
+        snapshot = snapshot.model_copy(update={"vms": vms})
     if history.observed_since is not None:
         snapshot = _record_first_seen(ports, snapshot, history, now)
         report.snapshot = snapshot
@@ -374,14 +383,21 @@ def _gates(hold: Hold | None, gate: Gate | None) -> Gate:
     return check
 
 
-def _write_resolutions(ports: RoundPorts, resolutions: list[intents.Resolution]) -> None:
-    """Intents found on domains, resolved from where the VMs run, written back on them."""
+def _write_resolutions(ports: RoundPorts, resolutions: list[intents.Resolution]) -> set[str]:
+    """Intents found on domains, resolved from where the VMs run, written back on them; the
+    VMs whose stopped cold move could not be undone (their intents stay)."""
+    kept: set[str] = set()
     for r in resolutions:
         log.info("resolved an earlier migration of %s: %s", r.vm, r.summary)
         try:
+            if r.discard_on is not None:  # the copy goes first: the record says it is gone
+                kept.add(r.vm)
+                ports.migrator.discard_copy(r.discard_on, r.vm, uuid=r.uuid)
+                kept.discard(r.vm)
             ports.recorder.record(r.host, r.vm, r.state, uuid=r.uuid)
         except ReconcilerError as err:
             log.warning("could not record the resolution of %s: %s", r.vm, err)
+    return kept
 
 
 def _decisions(plan: Plan) -> list[str]:

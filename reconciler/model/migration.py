@@ -13,11 +13,16 @@ class MigrationProgress(Frozen):
     """One reading of a running migration's job."""
 
     vm: str
+    phase: str = "memory"
+    """What is being sent now: ``disk`` (local disks copied) or ``memory``."""
     elapsed: float = 0.0
     data_total: int = 0
     data_processed: int = 0
     data_remaining: int = 0
     bytes_per_second: float = 0.0
+    disk_total: int = 0
+    """Bytes of local disk the move copies (0 when it copies none)."""
+    disk_processed: int = 0
 
 
 class MigrationResult(Frozen):

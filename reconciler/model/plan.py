@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from reconciler.model.base import ApiVersion, Frozen, HostName, VmName
+from reconciler.model.snapshot import MigrationClass
 
 
 class Reason(StrEnum):
@@ -39,6 +40,16 @@ class Move(Frozen):
     rule: str | None = Field(default=None, description="The rule this move satisfies, if any.")
     detail: str = Field(description="One sentence a reviewer understands.")
     wave: int = Field(ge=0, description="Moves of one wave may run concurrently.")
+    migration_class: MigrationClass = Field(
+        default=MigrationClass.SHARED, description="shared | copy | cold: how it moves."
+    )
+    disks: list[str] = Field(
+        default_factory=list, description="The local disks copied (guest devices, e.g. vda)."
+    )
+    disk_bytes: int = Field(default=0, ge=0, description="Disk bytes to copy (allocation).")
+    copy_bytes: int = Field(
+        default=0, ge=0, description="Everything to copy: guest memory (live) plus disk bytes."
+    )
 
 
 class UnsatisfiableCode(StrEnum):
@@ -106,6 +117,9 @@ class Plan(Frozen):
         default=None, description="The commit (or folder digest) of the desired state."
     )
     moves: list[Move] = Field(default_factory=list, description="This reconcile, within batch.")
+    copy_bytes: int = Field(
+        default=0, ge=0, description="Bytes the moves of this reconcile copy, in total."
+    )
     deferred: list[Move] = Field(default_factory=list, description="Beyond batch; next rounds.")
     unsatisfiable: list[Unsatisfiable] = Field(default_factory=list)
     hosts: list[HostLoad] = Field(default_factory=list)

@@ -106,6 +106,29 @@ class Parallel(Frozen):
     )
 
 
+class LocalDisks(StrEnum):
+    """What a VM with local disks may do: stay (block) or move with its disks copied."""
+
+    BLOCK = "block"
+    COPY = "copy"
+
+
+class CopyTuning(Frozen):
+    """Settings for moves that copy disks (classes copy and cold); unset: as for other moves."""
+
+    bandwidth: int | None = Field(
+        default=None, ge=0, description="MiB/s for the migration, disks included; 0 unlimited."
+    )
+    timeout_per_gib: PerGiB | None = Field(
+        default=None,
+        alias="timeoutPerGiB",
+        description="Abort past this per GiB copied (guest memory plus disk allocation).",
+    )
+    progress_timeout: Stall | None = Field(default=None, alias="progressTimeout")
+    auto_converge: bool | None = Field(default=None, alias="autoConverge")
+    post_copy: bool | None = Field(default=None, alias="postCopy")
+
+
 class MigrationTuning(Frozen):
     timeout_per_gib: PerGiB = Field(
         default=timedelta(seconds=800),
@@ -126,6 +149,17 @@ class MigrationTuning(Frozen):
         default=False,
         alias="postCopy",
         description="Allow post-copy migration: switch to the target before all memory is copied.",
+    )
+    local_disks: LocalDisks = Field(
+        default=LocalDisks.BLOCK,
+        alias="localDisks",
+        description="block: VMs with local disks stay where they are; copy: they move, live "
+        "with the disks copied (class copy) or shut off with their volumes (class cold).",
+    )
+    copy_moves: CopyTuning = Field(
+        default_factory=CopyTuning,
+        alias="copy",
+        description="Overrides for moves that copy disks.",
     )
 
 

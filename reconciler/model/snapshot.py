@@ -48,6 +48,39 @@ class UnmigratableReason(StrEnum):
     OTHER = "Other"
 
 
+class MigrationClass(StrEnum):
+    """How a VM can move, read from its domain XML, its host's storage pools and its state.
+
+    ``shared``: running, every disk on storage all hosts see; a plain live migration.
+    ``copy``: running with local disks that libvirt can copy live (storage-pool volumes);
+    moves only when the policy's ``migration.localDisks`` is ``copy``.
+    ``cold``: shut off; its volumes and definition move while it stays off.
+    ``immovable``: host devices, mediated devices, vhost-user, disks outside any pool, ...
+    """
+
+    SHARED = "shared"
+    COPY = "copy"
+    COLD = "cold"
+    IMMOVABLE = "immovable"
+
+
+class VmDisk(Frozen):
+    """One disk of a VM, as its host's storage sees it."""
+
+    target: str = Field(description="The guest device, e.g. vda.")
+    source: str = Field(description="Path, pool/volume or protocol:name; empty for no medium.")
+    shared: bool = Field(
+        description="Nothing of it to copy: on storage every host sees (or not a storage file)."
+    )
+    pool: str | None = Field(default=None, description="The storage pool holding it, if any.")
+    volume: str | None = Field(default=None, description="Its volume name in that pool.")
+    capacity: int | None = Field(default=None, ge=0, description="Virtual size, bytes.")
+    allocation: int | None = Field(
+        default=None, ge=0, description="Bytes on the host's storage: what a copy moves."
+    )
+    why: str = Field(default="", description="Why it is shared, copyable or neither.")
+
+
 class Unmigratable(Frozen):
     code: UnmigratableReason
     detail: str = Field(description="What in the domain blocks it, e.g. the disk path.")
@@ -120,6 +153,20 @@ class VmState(Frozen):
     reconciler: ReconcilerState = Field(default_factory=ReconcilerState)
     migratable: bool = True
     unmigratable: list[Unmigratable] = Field(default_factory=list)
+    migration_class: MigrationClass = Field(
+        default=MigrationClass.SHARED, description="shared | copy | cold | immovable."
+    )
+    migration_reasons: list[str] = Field(
+        default_factory=list, description="Why the VM has its migration class."
+    )
+    disks: list[VmDisk] = Field(default_factory=list)
+    disk_bytes: int = Field(
+        default=0, ge=0, description="Bytes of local disks a move copies (allocation)."
+    )
+    refused_by: dict[HostName, str] = Field(
+        default_factory=dict,
+        description="Hosts that would refuse it (CPU, hugepages, machine type), each with why.",
+    )
 
 
 class HostState(Frozen):

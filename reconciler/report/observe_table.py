@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reconciler.model.snapshot import HostState, Snapshot, VmState
+from reconciler.model.snapshot import HostState, Snapshot, UnmigratableReason, VmState
 
 _MIB = 1024**2
 
@@ -53,13 +53,27 @@ def _host_row(host: HostState, vm_count: int) -> list[str]:
 def _vm_row(vm: VmState) -> list[str]:
     cpu = "-" if vm.cpu_used is None else f"{vm.cpu_used:.2f}"
     mem = f"{_mib(vm.memory_used)}/{_mib(vm.memory_max)}"
-    if vm.migratable:
-        migratable = "yes"
-    else:
-        migratable = "no: " + ", ".join(f"{u.code} ({u.detail})" for u in vm.unmigratable)
     labels = ",".join(f"{k}={v}" for k, v in sorted(vm.labels.items())) or "-"
     state = vm.state.value + ("" if vm.persistent else " (transient)")
-    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, migratable, labels]
+    klass = vm.migration_class.value + ("" if vm.migratable else "*")
+    disks = _mib(vm.disk_bytes) if vm.disk_bytes else "-"
+    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, klass, disks, labels]
+
+
+def _why_lines(vms: Sequence[VmState]) -> list[str]:
+    """Why each VM that is not plainly live-migratable has its class, and what blocks it."""
+    lines: list[str] = []
+    for vm in vms:
+        if vm.migratable:
+            continue
+        reasons = list(vm.migration_reasons)
+        reasons += [
+            f"{u.code}: {u.detail}"
+            for u in vm.unmigratable
+            if u.code in (UnmigratableReason.IN_FLIGHT, UnmigratableReason.HOST_PASSTHROUGH_CPU)
+        ]
+        lines.append(f"  {vm.name} on {vm.host}: {vm.migration_class.value}: {'; '.join(reasons)}")
+    return lines
 
 
 def observe_table(snapshot: Snapshot) -> str:
@@ -80,9 +94,13 @@ def observe_table(snapshot: Snapshot) -> str:
     lines.append("")
     if snapshot.vms:
         lines += _table(
-            ["VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "MIGRATABLE", "LABELS"],
+            ["VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "CLASS", "DISKS", "LABELS"],
             [_vm_row(vm) for vm in snapshot.vms],
         )
+        why = _why_lines(snapshot.vms)
+        if why:
+            lines += ["", "migration (* not plainly live-migratable; DISKS: local bytes to copy):"]
+            lines += why
     else:
         lines.append("no VMs")
     if snapshot.in_flight:

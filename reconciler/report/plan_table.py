@@ -18,6 +18,7 @@ from itertools import groupby
 
 from reconciler.model.plan import Candidate, HostLoad, Move, PlaceResult, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
+from reconciler.model.snapshot import MigrationClass
 
 WIDTH = 100
 BAR_WIDTH = 10
@@ -48,7 +49,11 @@ def _bar(before: float, after: float, width: int = BAR_WIDTH) -> str:
 
 
 def _size(move: Move) -> str:
-    return f"{format_size(move.memory)} {_plural(move.vcpus, 'vCPU')}"
+    size = f"{format_size(move.memory)} {_plural(move.vcpus, 'vCPU')}"
+    if move.migration_class is MigrationClass.SHARED:
+        return size
+    disks = ",".join(move.disks)
+    return f"{size} {move.migration_class}: {disks or 'no disks'} {format_size(move.disk_bytes)}"
 
 
 def _reason(move: Move) -> str:
@@ -194,7 +199,10 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
     cols = _Columns([*plan.moves, *plan.deferred])
     out.append("")
     if plan.moves:
-        out.append(f"Moves ({_plural(len(plan.moves), 'move')}; moves of one wave run together):")
+        out.append(
+            f"Moves ({_plural(len(plan.moves), 'move')}, {format_size(plan.copy_bytes)} to copy; "
+            "moves of one wave run together):"
+        )
         for wave, moves in _waves(plan.moves):
             out.append(f"{INDENT}wave {wave}")
             out.extend(_move_lines(moves, cols, INDENT * 2))

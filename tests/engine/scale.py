@@ -94,6 +94,9 @@ class _Timed:
     ) -> MigrationResult:
         return self._timed(self.fake.migrate, move, on_progress=on_progress, abort=abort, uuid=uuid)
 
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        self._timed(self.fake.discard_copy, host, vm, uuid=uuid)
+
 
 def scale_case(hosts: int, vms_per_host: int = 4) -> tuple[FakeCluster, DesiredState, list[Move]]:
     names = [f"h{i:04d}" for i in range(hosts)]

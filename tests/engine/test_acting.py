@@ -13,7 +13,7 @@ from reconciler.engine.round import RoundPorts, run_round
 from reconciler.engine.triggers import Wakeup
 from reconciler.errors import HostUnreachable, TransientError
 from reconciler.model.plan import Move
-from reconciler.model.snapshot import FailedMove, MoveIntent, ReconcilerState
+from reconciler.model.snapshot import FailedMove, MoveIntent, ReconcilerState, VmRunState
 from reconciler.model.status import (
     ConditionType,
     MoveOutcome,
@@ -114,6 +114,51 @@ def test_an_intent_left_by_a_crash_is_resolved_from_where_the_vm_runs(
         assert isinstance(record.last_failure, FailedMove)
         assert record.last_failure.target == "h1"
         assert record.moves == 0
+
+
+@pytest.mark.parametrize("state", [VmRunState.SHUTOFF, VmRunState.RUNNING])
+def test_a_cold_move_stopped_with_the_vm_defined_on_both_hosts_is_undone(
+    state: VmRunState,
+) -> None:
+    """Both definitions shut off with the same intent: the target copy goes, the VM stays on
+    the source with the move recorded as failed. One of them running is left alone."""
+    fake = unbalanced(n=2)
+    vm = fake.vms["vm0"]
+    vm.state = state
+    started = fake.clock.now() - timedelta(minutes=1)
+    vm.record = ReconcilerState(
+        intent=MoveIntent(plan_id="p0", source="h0", target="h1", started_at=started)
+    )
+    fake.copies["vm0"] = ("h1", vm.record)
+    d = desired(HOSTS, threshold=10)
+    run_round(d, ports(fake), act=True)
+    if state is VmRunState.RUNNING:
+        assert fake.discarded == []
+        assert fake.vms["vm0"].record.intent is not None
+        return
+    assert fake.discarded == [("h1", "vm0")]
+    record = fake.vms["vm0"].record
+    assert (fake.vms["vm0"].host, record.intent) == ("h0", None)
+    assert record.last_failure is not None
+    assert record.last_failure.target == "h1"
+
+
+def test_a_stopped_cold_move_whose_copy_cannot_be_removed_keeps_its_intent() -> None:
+    fake = unbalanced(n=2)
+    vm = fake.vms["vm0"]
+    vm.state = VmRunState.SHUTOFF
+    started = fake.clock.now() - timedelta(minutes=1)
+    vm.record = ReconcilerState(
+        intent=MoveIntent(plan_id="p0", source="h0", target="h1", started_at=started)
+    )
+    fake.copies["vm0"] = ("h1", vm.record)
+
+    def refuse(host: str, vm: str, *, uuid: str) -> None:
+        raise HostUnreachable(f"{host} does not answer")
+
+    fake.discard_copy = refuse  # type: ignore[method-assign]
+    run_round(desired(HOSTS, threshold=10), ports(fake), act=True)
+    assert fake.vms["vm0"].record.intent is not None, "tried again next round"
 
 
 def test_an_intent_is_not_resolved_by_a_look() -> None:

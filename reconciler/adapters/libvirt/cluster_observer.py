@@ -36,4 +36,7 @@ class LibvirtClusterObserver:
             update={"hosts": [h for h in self.cluster.spec.hosts if h.name in wanted]}
         )
         part = self.cluster.model_copy(update={"spec": spec})
-        return observe_cluster(part, **{**self.overrides, "sample_interval": 0})
+        # the round's own observation asked which hosts refuse which VMs: not again per move
+        return observe_cluster(
+            part, **{**self.overrides, "sample_interval": 0, "compatibility": False}
+        )

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from reconciler.adapters.libvirt.compatibility import Needs, needs_of
+from reconciler.adapters.libvirt.domain_disks import DiskRef, disk_refs
 from reconciler.adapters.libvirt.domain_metadata import (
     DomainMetadata,
     no_metadata,
@@ -299,6 +301,10 @@ class DomainReading(NamedTuple):
     """Found in the XML alone; a CPU mode that blocks only among mixed hosts is not here."""
     passthrough: str | None
     """``passthrough_cpu_mode`` of the domain."""
+    disks: tuple[DiskRef, ...] = ()
+    """Its ``<disk>`` elements, for ``domain_disks.resolve_disks`` against the host's pools."""
+    needs: Needs | None = None
+    """What it asks of a target host (CPU, hugepages, machine type), for ``compatibility``."""
 
 
 def read_domain(xml: str | None, *, shared_paths: Sequence[str] = ()) -> DomainReading:
@@ -371,6 +377,8 @@ def read_parsed_domain(domain: ET.Element, *, shared_paths: Sequence[str] = ()) 
         metadata=parse_metadata_element(domain),
         blockers=_device_blockers(domain.find("devices"), shared_paths),
         passthrough=passthrough_cpu_mode(domain),
+        disks=tuple(disk_refs(domain)),
+        needs=needs_of(domain),
     )
 
 

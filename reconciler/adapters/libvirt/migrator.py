@@ -33,13 +33,17 @@ from typing import Any, Final
 
 import libvirt
 
+from reconciler.adapters.libvirt.cold import cold_move, discard_copy
 from reconciler.adapters.libvirt.connection import ConnectionSettings, is_no_domain
+from reconciler.adapters.libvirt.disk_moves import copy_call, copy_time_limit, live_copy
+from reconciler.adapters.libvirt.leftovers import Leftovers
 from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, ReconcilerError
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
+from reconciler.model.snapshot import MigrationClass
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +190,11 @@ class LibvirtMigrator:
         poll_interval: float = 0.2,
         settle_timeout: float = 60.0,
         pool: ConnectionPool | None = None,
+        leftovers: Leftovers | None = None,
     ) -> None:
         self.desired = desired
+        self.leftovers = leftovers or Leftovers()
+        """Target volumes of failed disk moves not yet deleted (their host did not answer)."""
         self.connection = connection or ConnectionSettings()
         self.pool = pool
         self.poll_interval = poll_interval
@@ -204,6 +211,10 @@ class LibvirtMigrator:
                 hint="plan again against the current cluster.yaml",
             ) from None
 
+    def host_of(self, name: str) -> Host:
+        """The Cluster's host ``name`` (ConfigError when the Cluster has none)."""
+        return self._host(name)
+
     def migrate(
         self,
         move: Move,
@@ -212,19 +223,48 @@ class LibvirtMigrator:
         abort: threading.Event,
         uuid: str | None = None,
     ) -> MigrationResult:
-        """Live-migrate ``move.vm`` and report where it runs afterwards (see the module doc).
+        """Move ``move.vm`` by its class (live, live with its disks copied, or cold) and
+        report where it runs afterwards (see the module doc).
 
         With ``uuid`` the domain is found by it (a name can be reused by another domain)."""
-        began = time.monotonic()
         source, target = self._host(move.source), self._host(move.target)
         pool = self.pool or ConnectionPool(
             {source.name: source.uri, target.name: target.uri}, self.connection
         )
         try:
-            return self._migrate(move, began, pool, source, target, on_progress, abort, uuid)
+            self.leftovers.sweep(pool)
+            if move.migration_class is MigrationClass.COPY:
+                return live_copy(self, pool, move, on_progress=on_progress, abort=abort, uuid=uuid)
+            if move.migration_class is MigrationClass.COLD:
+                return cold_move(self, pool, move, on_progress=on_progress, abort=abort, uuid=uuid)
+            return self.migrate_live(pool, move, on_progress=on_progress, abort=abort, uuid=uuid)
         finally:
             if pool is not self.pool:
                 pool.close()
+
+    def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
+        """Remove the shut-off copy of ``vm`` a stopped cold move left on ``host``."""
+        pool = self.pool or ConnectionPool({host: self._host(host).uri}, self.connection)
+        try:
+            discard_copy(self, pool, host, uuid)
+            log.warning("%s: removed the copy a stopped cold move left on %s", vm, host)
+        finally:
+            if pool is not self.pool:
+                pool.close()
+
+    def migrate_live(
+        self,
+        pool: ConnectionPool,
+        move: Move,
+        *,
+        on_progress: Callable[[MigrationProgress], None],
+        abort: threading.Event,
+        uuid: str | None = None,
+    ) -> MigrationResult:
+        """One verified live migration over ``pool`` (its disks copied for class copy)."""
+        began = time.monotonic()
+        source, target = self._host(move.source), self._host(move.target)
+        return self._migrate(move, began, pool, source, target, on_progress, abort, uuid)
 
     def _migrate(
         self,
@@ -253,7 +293,10 @@ class LibvirtMigrator:
             # Migrating to a host we cannot look at would leave the outcome unknowable.
             refused = f"not started, target {target.name} unreachable: {err}"
             return self._verify(move, began, pool, found, _Job(), refused, target_known=False)
-        job = self._run(move, dom, migration_call(self.desired, target), memory, on_progress, abort)
+        call = migration_call(self.desired, target)
+        if move.migration_class is MigrationClass.COPY:
+            call = copy_call(call, self.desired, move)
+        job = self._run(move, dom, call, memory, on_progress, abort)
         error: str | None = None
         if job.abort_reason is not None:
             error = f"aborted: {job.abort_reason}"
@@ -301,6 +344,11 @@ class LibvirtMigrator:
         tuning = self.desired.policy.spec.migration
         limit = time_limit(self.desired, memory)
         stall_limit = tuning.progress_timeout.total_seconds()
+        reckoned: str | None = None
+        if move.migration_class is MigrationClass.COPY:
+            limit, reckoned = copy_time_limit(self.desired, move, memory)
+            stall = tuning.copy_moves.progress_timeout
+            stall_limit = stall.total_seconds() if stall is not None else stall_limit
         worker = threading.Thread(target=work, name=f"migrate {move.vm}", daemon=True)
         started = time.monotonic()
         worker.start()
@@ -331,6 +379,8 @@ class LibvirtMigrator:
                     f"(timeoutPerGiB {tuning.timeout_per_gib.total_seconds():g}s "
                     f"x {max(1, math.ceil(memory / GIB))} GiB)"
                 )
+                if reckoned is not None:
+                    reason = f"ran past its limit of {limit:g}s ({reckoned})"
             elif now - last_progress > stall_limit:
                 if tuning.post_copy and not job.postcopy and stats.get("memory_total"):
                     job.postcopy, last_progress = True, now
@@ -363,8 +413,14 @@ class LibvirtMigrator:
         elapsed: float,
         on_progress: Callable[[MigrationProgress], None],
     ) -> None:
+        disk_total = int(stats.get("disk_total", 0))
+        disk_remaining = int(stats.get("disk_remaining", 0))
         progress = MigrationProgress(
             vm=vm,
+            # NBD copies the disks first; memory follows once they are in step
+            phase="disk" if disk_total and disk_remaining > 0 else "memory",
+            disk_total=disk_total,
+            disk_processed=int(stats.get("disk_processed", 0)),
             elapsed=round(elapsed, 3),
             data_total=int(stats.get("data_total", 0)),
             data_processed=int(stats.get("data_processed", 0)),

@@ -24,9 +24,17 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
+from reconciler.adapters.libvirt.compatibility import Needs
+from reconciler.adapters.libvirt.domain_disks import (
+    DiskRef,
+    PoolInfo,
+    PoolVolume,
+    needs_pools,
+    resolve_disks,
+)
 from reconciler.adapters.libvirt.domain_xml import read_domains
 from reconciler.errors import HostTimeout, HostUnreachable
-from reconciler.model.snapshot import ReconcilerState, Unmigratable
+from reconciler.model.snapshot import ReconcilerState, Unmigratable, VmDisk
 
 T = TypeVar("T")
 
@@ -71,6 +79,9 @@ class _Vm:
     reconciler: ReconcilerState
     blockers: list[Unmigratable]
     passthrough: str | None
+    disk_refs: tuple[DiskRef, ...] = ()
+    disks: list[VmDisk] = field(default_factory=list)
+    needs: Needs | None = None
 
 
 @dataclass
@@ -211,6 +222,13 @@ def first_sweep(probe: Probe) -> None:
                 xmls.append(None)  # gone meanwhile (e.g. migrated away)
                 continue
             raise
+    vms = _parse_vms(records, xmls, probe.settings.shared_paths, transient)
+    shared = probe.settings.shared_paths
+    pools = None
+    if needs_pools((ref for vm in vms for ref in vm.disk_refs), shared):
+        pools = read_pools(probe)
+    for vm in vms:
+        vm.disks = resolve_disks(vm.disk_refs, pools, shared)
     if probe.one_sample:
         probe.close()  # done with the host: its state is freed while still in the caches
     # everything below is local work, outside any call's deadline
@@ -227,7 +245,41 @@ def first_sweep(probe: Probe) -> None:
         "hypervisor": str(hv_type),
         "hypervisor_version": _version(int(hv_version)),
     }
-    probe.vms = _parse_vms(records, xmls, probe.settings.shared_paths, transient)
+    probe.vms = vms
+
+
+def read_pools(probe: Probe) -> dict[str, PoolInfo] | None:
+    """The host's active storage pools with their volumes; None when they cannot be read.
+
+    Asked only when some VM may have a local disk: one call for the pools, two per pool and
+    two per volume (``virStorageVolGetInfo`` refreshes the allocation it reports).
+    """
+    conn = probe.conn
+    out: dict[str, PoolInfo] = {}
+    try:
+        pools = probe.call(
+            "listAllStoragePools",
+            conn.listAllStoragePools,
+            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE,
+        )
+        for pool in pools:
+            xml = probe.call("storagePoolGetXMLDesc", pool.XMLDesc, 0)
+            vols = probe.call("storagePoolListAllVolumes", pool.listAllVolumes, 0)
+            volumes: dict[str, PoolVolume] = {}
+            for vol in vols:
+                info = probe.call("storageVolGetInfo", vol.info)
+                path = probe.call("storageVolGetPath", vol.path)
+                name = vol.name()
+                volumes[name] = PoolVolume(name, path, int(info[1]), int(info[2]))
+            root = ET.fromstring(xml)
+            out[pool.name()] = PoolInfo(
+                pool.name(), root.get("type", "?"), root.findtext("target/path"), volumes
+            )
+    except HostTimeout:
+        raise
+    except (HostUnreachable, ET.ParseError):
+        return None  # a pool or volume gone meanwhile: its disks read as of unknown storage
+    return out
 
 
 def capabilities_host(caps: str) -> ET.Element | None:
@@ -273,6 +325,8 @@ def _parse_vms(
                 reconciler=meta.state,
                 blockers=reading.blockers,
                 passthrough=reading.passthrough,
+                disk_refs=reading.disks,
+                needs=reading.needs,
             )
         )
     return vms
@@ -299,6 +353,8 @@ RawVm = tuple[
     ReconcilerState,
     list[Unmigratable],  # what the XML alone says blocks a migration
     str | None,  # CPU mode when host-passthrough or maximum
+    list[VmDisk],  # its disks, resolved against the host's storage pools
+    Needs | None,  # what it asks of a target host
 ]
 """One VM as plain values, in ``VmState``'s terms."""
 RawHost = tuple[
@@ -396,6 +452,8 @@ def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
         vm.reconciler,
         vm.blockers,
         vm.passthrough,
+        vm.disks,
+        vm.needs,
     )
 
 

@@ -10,6 +10,8 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from reconciler.adapters.libvirt.compatibility import Needs
+from reconciler.adapters.libvirt.domain_disks import classify, disk_bytes, local_disk_blockers
 from reconciler.adapters.libvirt.observe_host import RawHost, RawVm
 from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName
@@ -21,8 +23,9 @@ from reconciler.model.snapshot import (
     VmState,
 )
 
-HostResult = tuple[HostState, list[tuple[VmState, str | None]]]
-"""A host and its VMs, each VM with its CPU mode when that is host-passthrough or maximum."""
+HostResult = tuple[HostState, list[tuple[VmState, str | None, Needs | None]]]
+"""A host and its VMs, each VM with its CPU mode when that is host-passthrough or maximum and
+what it asks of a target host."""
 
 # libvirt's virDomain*Reason enums, by state
 _REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
@@ -102,7 +105,7 @@ def host_result(raw: RawHost) -> HostResult:
                 **facts,
             )
             states = _VMS.validate_python([_vm_fields(name, vm) for vm in vms])
-            return host, [(state, vm[13]) for state, vm in zip(states, vms, strict=True)]
+            return host, [(state, vm[13], vm[15]) for state, vm in zip(states, vms, strict=True)]
         except ValidationError as err:
             error = str(HostUnreachable(f"observing {uri} failed: {err!r}"))
     host = HostState(
@@ -133,6 +136,8 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         reconciler,
         found,
         _mode,
+        disks,
+        _needs,
     ) = vm
     state = (
         _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
@@ -143,11 +148,14 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         if isinstance(reason_code, int) and 0 <= reason_code < len(reasons)
         else str(reason_code)
     )
-    blockers = list(found)
+    # the XML's LocalDisk reasons are replaced by those of the disks as the pools see them
+    blockers = [b for b in found if b.code is not UnmigratableReason.LOCAL_DISK]
+    blockers += local_disk_blockers(disks)
     if state not in MIGRATABLE_STATES:
         blockers.insert(
             0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
         )
+    klass, why = classify(state, blockers, disks)
     return {
         "name": name,
         "uuid": uuid,
@@ -164,4 +172,8 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         "reconciler": reconciler,
         "migratable": not blockers,
         "unmigratable": blockers,
+        "migrationClass": klass,
+        "migrationReasons": why,
+        "disks": disks,
+        "diskBytes": disk_bytes(disks),
     }

@@ -25,6 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from reconciler.adapters.libvirt.compatibility import Candidate, Compatibility
+from reconciler.adapters.libvirt.connection import (
+    ConnectionSettings,
+    close_connection,
+    open_connection,
+)
 from reconciler.adapters.libvirt.domain_xml import passthrough_blocker
 from reconciler.adapters.libvirt.observe_host import ProbeSettings, RawHost
 from reconciler.adapters.libvirt.observe_pool import observe_hosts
@@ -33,11 +39,15 @@ from reconciler.errors import ConfigError
 from reconciler.model.cluster import Cluster
 from reconciler.model.snapshot import (
     InFlight,
+    MigrationClass,
     Snapshot,
     Unmigratable,
     UnmigratableReason,
+    VmRunState,
     VmState,
 )
+
+_LIVE: Final = frozenset({VmRunState.RUNNING, VmRunState.BLOCKED, VmRunState.PAUSED})
 
 THREADS_PER_CORE: Final = 4
 """Default concurrency per CPU core: enough to hide network latency, few enough for the GIL."""
@@ -106,6 +116,7 @@ def observe_cluster(
     processes: int | None = None,
     now: datetime | None = None,
     borrow: Callable[[str], Any] | None = None,
+    compatibility: bool = True,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``.
 
@@ -118,7 +129,8 @@ def observe_cluster(
     ``now`` is the snapshot's ``takenAt`` (default: the current time). ``borrow`` (host name
     -> open connection, a ``ConnectionPool``'s ``get``) observes over the command's open
     connections instead of opening and closing one per host; worker processes of a large
-    cluster cannot share them and open their own.
+    cluster cannot share them and open their own. ``compatibility`` asks each host which VMs
+    of the others it would refuse (``compatibility``), over the same connections.
     """
     s = observe_settings(
         cluster,
@@ -147,7 +159,47 @@ def observe_cluster(
             raw = observe_hosts(hosts, probe, threads, borrow)
         else:
             raw = _fan_out(hosts, probe, threads, processes)
-        return _snapshot(cluster.metadata.name, [host_result(r) for r in raw], taken_at)
+        results = [host_result(r) for r in raw]
+    refused = _refusals(cluster, results, s, borrow) if compatibility else {}
+    return _snapshot(cluster.metadata.name, results, taken_at, refused)
+
+
+def _refusals(
+    cluster: Cluster,
+    results: list[HostResult],
+    s: ObserveSettings,
+    borrow: Callable[[str], Any] | None,
+) -> dict[tuple[str, str], dict[str, str]]:
+    """What each reachable host would refuse of the VMs on the others (``compatibility``),
+    over the command's connections, else over connections of its own closed afterwards."""
+    up = [h.name for h, _ in results if h.reachable]
+    if len(up) < 2:
+        return {}
+    candidates = [
+        Candidate(vm.host, vm.uuid, needs, running=vm.state in _LIVE)
+        for _, vms in results
+        for vm, _mode, needs in vms
+        if needs is not None and vm.migration_class is not MigrationClass.IMMOVABLE
+    ]
+    uris = {h.name: h.uri for h in cluster.spec.hosts}
+    opened: dict[str, Any] = {}
+
+    def call(host: str, fn: Callable[[Any], Any]) -> Any:
+        if borrow is not None:
+            return fn(borrow(host))
+        if host not in opened:
+            opened[host] = open_connection(
+                uris[host], ConnectionSettings(connect_timeout=s.connect_timeout)
+            )
+        return fn(opened[host])
+
+    compat = Compatibility(call, s.call_timeout)
+    try:
+        return compat.refusals(candidates, up)
+    finally:
+        compat.close()
+        for conn in opened.values():
+            close_connection(conn)
 
 
 def _usable_cores() -> int:
@@ -233,11 +285,16 @@ def _lost(name: str, uri: str, exitcode: int | None, err: Exception) -> RawHost:
     return name, uri, None, None, error, 0, 0.0, []
 
 
-def _snapshot(cluster: str, results: list[HostResult], taken_at: datetime) -> Snapshot:
+def _snapshot(
+    cluster: str,
+    results: list[HostResult],
+    taken_at: datetime,
+    refused: dict[tuple[str, str], dict[str, str]] | None = None,
+) -> Snapshot:
     hosts = [host for host, _ in results]
     models = {h.cpu_model for h in hosts if h.reachable and h.cpu_model}
     cpu_models_differ = len(models) > 1
-    raw = [vm for _, vms in results for vm in sorted(vms, key=lambda v: v[0].name)]
+    raw = [(vm, mode) for _, vms in results for vm, mode, _ in sorted(vms, key=lambda v: v[0].name)]
     seen: dict[str, list[str]] = {}
     for vm, _mode in raw:
         seen.setdefault(vm.uuid, []).append(vm.host)
@@ -252,6 +309,9 @@ def _snapshot(cluster: str, results: list[HostResult], taken_at: datetime) -> Sn
     vms: list[VmState] = []
     for seen_vm, mode in raw:
         vm = seen_vm
+        refusals = (refused or {}).get((vm.uuid, vm.host))
+        if refusals:
+            vm = vm.model_copy(update={"refused_by": refusals})
         extra: list[Unmigratable] = []
         if vm.uuid in flying:
             extra.append(
@@ -264,6 +324,13 @@ def _snapshot(cluster: str, results: list[HostResult], taken_at: datetime) -> Sn
             extra.append(passthrough_blocker(mode))
         if extra:
             blockers = [*vm.unmigratable, *extra]
-            vm = vm.model_copy(update={"migratable": False, "unmigratable": blockers})
+            update: dict[str, object] = {"migratable": False, "unmigratable": blockers}
+            if cpu_models_differ and mode is not None:
+                passthrough = passthrough_blocker(mode).detail
+                update["migration_class"] = MigrationClass.IMMOVABLE
+                immovable = vm.migration_class is MigrationClass.IMMOVABLE
+                reasons = vm.migration_reasons if immovable else []
+                update["migration_reasons"] = [*reasons, passthrough]
+            vm = vm.model_copy(update=update)
         vms.append(vm)
     return Snapshot(cluster=cluster, taken_at=taken_at, hosts=hosts, vms=vms, in_flight=in_flight)

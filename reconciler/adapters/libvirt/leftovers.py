@@ -1,0 +1,200 @@
+"""Target volumes a failed disk move may have left behind, removed when their host answers.
+
+Before a move creates volumes on a target (libvirt precreating them for a live copy, or a
+cold move creating them itself), they are noted here; after the move they are either the VM's
+disks (it runs or is defined there: the note is dropped) or leftovers to delete. A target that
+died mid-copy cannot be asked then: the note stays, in a file of the state directory when there
+is one (a restarted reconciler finds it), and the volume is deleted on a later move once that
+host answers again.
+
+A noted volume is deleted only when no domain defined on its host refers to it (by path, or
+by pool and name): a move whose outcome was misjudged, or a VM defined there since, keeps its
+disk. Each volume was checked absent on the target before its move started. A volume the shut-off
+copy of its own VM refers to (a cold move stopped midway) stays noted: it goes once that copy
+is discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import libvirt
+
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.errors import ReconcilerError
+
+if TYPE_CHECKING:
+    from reconciler.adapters.libvirt.disk_moves import Volume
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER: Final = 60.0
+"""Seconds before a host that did not answer is tried again within one process."""
+
+
+@dataclass(frozen=True)
+class Leftover:
+    host: str
+    pool: str
+    volume: str
+    vm_uuid: str
+
+
+class Leftovers:
+    """The noted volumes; ``path`` keeps them across restarts (None: this process only)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._failed_at: dict[str, float] = {}
+        self._moving: set[str] = set()
+        """VMs whose move runs now in this process: their volumes are not leftovers yet."""
+        self._entries: list[Leftover] = self._load()
+
+    def _load(self) -> list[Leftover]:
+        if self.path is None or not self.path.exists():
+            return []
+        try:
+            raw = json.loads(self.path.read_text())
+            return [Leftover(**e) for e in raw]
+        except (OSError, ValueError, TypeError) as err:
+            log.warning("leftover volumes record %s unreadable, ignored: %s", self.path, err)
+            return []
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps([asdict(e) for e in self._entries], indent=1))
+            os.replace(tmp, self.path)
+        except OSError as err:  # the note in memory still serves this process
+            log.warning("could not write the leftover volumes record %s: %s", self.path, err)
+
+    def entries(self) -> list[Leftover]:
+        with self._lock:
+            return list(self._entries)
+
+    def expect(self, host: str, volumes: Iterable[Volume], vm_uuid: str) -> None:
+        """Note ``volumes`` as about to be created on ``host`` by a move of ``vm_uuid``."""
+        with self._lock:
+            self._moving.add(vm_uuid)
+            known = set(self._entries)
+            for v in volumes:
+                entry = Leftover(host, v.pool, v.name, vm_uuid)
+                if entry not in known:
+                    self._entries.append(entry)
+            self._save()
+
+    def forget(self, host: str, volumes: Iterable[Volume], vm_uuid: str) -> None:
+        """They are the VM's disks now, not leftovers."""
+        names = {(v.pool, v.name) for v in volumes}
+        with self._lock:
+            self._moving.discard(vm_uuid)
+            self._entries = [
+                e for e in self._entries if not (e.host == host and (e.pool, e.volume) in names)
+            ]
+            self._save()
+
+    def remove(self, pool: ConnectionPool, host: str, vm_uuid: str | None = None) -> list[str]:
+        """Delete the noted volumes of ``host`` (of the move of ``vm_uuid`` only, when given)
+        that no domain there uses; notes on what was not."""
+        notes: list[str] = []
+        with self._lock:
+            self._moving.discard(vm_uuid or "")
+            mine = [
+                e
+                for e in self._entries
+                if e.host == host
+                and (e.vm_uuid == vm_uuid if vm_uuid else e.vm_uuid not in self._moving)
+            ]
+        try:
+            conn = pool.get(host)
+            used = _used(conn)
+        except (ReconcilerError, libvirt.libvirtError) as err:
+            self._failed_at[host] = time.monotonic()
+            kept = [f"{e.pool}/{e.volume}" for e in mine]
+            if kept:
+                notes.append(
+                    f"{host} did not answer ({err}): volumes {', '.join(kept)} are noted "
+                    "and will be deleted when it answers again"
+                )
+            return notes
+        self._failed_at.pop(host, None)
+        for entry in mine:
+            note = _delete(conn, entry, used)
+            if note is not None and note.startswith("could not"):
+                notes.append(note)
+                continue
+            if note == _WAIT:
+                continue
+            if note is not None:
+                log.info("%s", note)
+            with self._lock:
+                self._entries = [e for e in self._entries if e != entry]
+                self._save()
+        return notes
+
+    def sweep(self, pool: ConnectionPool) -> None:
+        """Try every host with noted volumes that was not just found silent."""
+        now = time.monotonic()
+        for host in sorted({e.host for e in self.entries()}):
+            if host not in pool.uris:
+                continue
+            if now - self._failed_at.get(host, -RETRY_AFTER) < RETRY_AFTER:
+                continue
+            for note in self.remove(pool, host):
+                log.warning("leftover volumes: %s", note)
+
+
+_WAIT = "wait"
+
+
+def _used(conn: Any) -> dict[str, tuple[str, bool]]:
+    """Paths and ``pool/volume`` names the domains defined on ``conn``'s host refer to, each
+    with the UUID of the domain and whether it is active."""
+    used: dict[str, tuple[str, bool]] = {}
+    for dom in conn.listAllDomains(0):
+        with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
+            root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            user = (str(dom.UUIDString()), bool(dom.isActive()))
+            for source in root.iterfind("devices/disk/source"):
+                for key in ("file", "dev"):
+                    if source.get(key):
+                        used[str(source.get(key))] = user
+                if source.get("pool") and source.get("volume"):
+                    used[f"{source.get('pool')}/{source.get('volume')}"] = user
+    return used
+
+
+def _delete(conn: Any, entry: Leftover, used: dict[str, tuple[str, bool]]) -> str | None:
+    """Delete one noted volume; what happened, None when it was not there."""
+    where = f"{entry.pool}/{entry.volume} on {entry.host}"
+    try:
+        pool = conn.storagePoolLookupByName(entry.pool)
+        with contextlib.suppress(libvirt.libvirtError):
+            pool.refresh(0)
+        vol = pool.storageVolLookupByName(entry.volume)
+    except libvirt.libvirtError:
+        return None
+    try:
+        user = used.get(vol.path()) or used.get(f"{entry.pool}/{entry.volume}")
+        if user == (entry.vm_uuid, False):
+            return _WAIT  # the shut-off copy of its VM: it goes when that copy is discarded
+        if user is not None:
+            return f"kept volume {where}: a domain there uses it"
+        vol.delete(0)
+    except libvirt.libvirtError as err:
+        return f"could not delete volume {where}: {err}"
+    return f"deleted leftover volume {where}"
