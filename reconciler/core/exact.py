@@ -111,15 +111,16 @@ def scopes(state: State, arches: Sequence[str]) -> list[tuple[str, ...]]:
 def applicable(
     state: State,
     hosts_of: Mapping[str, Sequence[int]],
-    hosts: int = EXACT_HOSTS,
-    vms_at_most: int = EXACT_VMS,
+    hosts: int | None = None,
+    vms_at_most: int | None = None,
 ) -> bool:
-    """Small enough, and every group rule touching the scope's VMs modelled."""
+    """Small enough (``EXACT_HOSTS`` and ``EXACT_VMS`` unless given), and every group rule
+    touching the scope's VMs modelled."""
     model = state.model
-    if not 2 <= sum(len(h) for h in hosts_of.values()) <= hosts:
+    if not 2 <= sum(len(h) for h in hosts_of.values()) <= (EXACT_HOSTS if hosts is None else hosts):
         return False
     vms = _vms_of(state, hosts_of)
-    if len(vms) > vms_at_most:
+    if len(vms) > (EXACT_VMS if vms_at_most is None else vms_at_most):
         return False
     inside = set(vms)
     for v in vms:
@@ -155,6 +156,8 @@ def solve(
     *,
     narrow: Callable[[int, list[int]], list[int]] | None = None,
     memory: bool = True,
+    columns: int | None = None,
+    seconds: float | None = None,
 ) -> Solution | None:
     """The optimum from ``state`` (left unchanged), None when infeasible or not found.
 
@@ -162,7 +165,8 @@ def solve(
     at all; ``must_be``: VM -> the host it must end on; ``target``: architecture -> the
     largest spread allowed; ``narrow(v, hosts)``: of the hosts its rules allow a movable VM,
     those it may end on (a neighbourhood, :mod:`reconciler.core.exact_near`); ``memory``:
-    minimise the memory moved second.
+    minimise the memory moved second; ``columns``: the largest model solved
+    (``EXACT_COLUMNS``); ``seconds``: the clock's safety net (``TIME_LIMIT``).
     """
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -173,7 +177,7 @@ def solve(
     limit = w.host_limit / 100.0
     all_hosts = [h for hosts in hosts_of.values() for h in hosts]
     built = _classes(state, hosts_of, movable, must_be, narrow)
-    if built is None or _columns(built[0]) > EXACT_COLUMNS:
+    if built is None or _columns(built[0]) > (EXACT_COLUMNS if columns is None else columns):
         return None
     classes, fixed = built
     if not classes:
@@ -310,7 +314,7 @@ def solve(
         constraints=constraints,
         integrality=integrality,
         bounds=bounds,
-        options={"time_limit": TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
+        options={"time_limit": seconds or TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
     )
     if res.x is None or _stopped_by_clock(res):
         return None

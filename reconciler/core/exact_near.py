@@ -16,7 +16,8 @@ heuristic's plan is the incumbent instead, and small parts of it are solved agai
   them when the whole plan can still be ordered step by step.
 
 The neighbourhoods are visited hottest first, again while a pass improves, within
-``NEAR_SOLVES`` solves; each solve has the whole model's node limit. No clock decides
+``NEAR_SOLVES`` solves of at most ``NEAR_COLUMNS`` variables; each solve has the whole
+model's node limit. No clock decides
 anything (a solve the clock stops is dropped, as for the whole model), so the plan depends on
 its inputs only. The result is a local optimum, not a proven one.
 """
@@ -34,6 +35,12 @@ NEAR_VMS = 1_000
 """...and in VMs."""
 NEAR_SOURCES = 3
 """Hot hosts freed together."""
+NEAR_COLUMNS = 1_200
+"""Largest sub-model solved, in (class, host) variables (they solve at the root node)."""
+NEAR_TIME_LIMIT = 10.0
+"""Seconds per sub-model: a safety net far above the 0.1-0.3 s of CPU they take, so a loaded
+machine does not cut one off (a cut-off solve is dropped, and the plan would then depend on
+the load)."""
 NEAR_SOLVES = 16
 """Sub-models solved per scope at most: the work budget."""
 
@@ -126,5 +133,12 @@ def _solve_part(
         return [h for h in allowed if h == s or h == best.get(v) or score[h] < score[s]]
 
     return exact.solve(
-        work, hosts_of, free.__contains__, must_be, target, narrow=narrow, memory=False
+        work,
+        hosts_of,
+        free.__contains__,
+        must_be,
+        target,
+        narrow=narrow,
+        memory=False,
+        columns=NEAR_COLUMNS,
     )
