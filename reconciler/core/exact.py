@@ -158,6 +158,7 @@ def solve(
     memory: bool = True,
     columns: int | None = None,
     seconds: float | None = None,
+    nodes: int | None = None,
 ) -> Solution | None:
     """The optimum from ``state`` (left unchanged), None when infeasible or not found.
 
@@ -166,7 +167,8 @@ def solve(
     largest spread allowed; ``narrow(v, hosts)``: of the hosts its rules allow a movable VM,
     those it may end on (a neighbourhood, :mod:`reconciler.core.exact_near`); ``memory``:
     minimise the memory moved second; ``columns``: the largest model solved
-    (``EXACT_COLUMNS``); ``seconds``: the clock's safety net (``TIME_LIMIT``).
+    (``EXACT_COLUMNS``); ``seconds``: the clock's safety net (``TIME_LIMIT``); ``nodes``: the
+    deterministic limit (``NODE_LIMIT``).
     """
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -314,7 +316,11 @@ def solve(
         constraints=constraints,
         integrality=integrality,
         bounds=bounds,
-        options={"time_limit": seconds or TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
+        options={
+            "time_limit": seconds or TIME_LIMIT,
+            "node_limit": nodes or NODE_LIMIT,
+            "presolve": True,
+        },
     )
     if res.x is None or _stopped_by_clock(res):
         return None
