@@ -21,6 +21,7 @@ bound and minimises the sum over architectures of ``max(0, spread - threshold)``
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -38,6 +39,9 @@ class MilpResult:
     assign: IntArray | None
     objective: float
     seconds: float
+    min_moves: int = 0
+    """The fewest moves any final state within the threshold can take, as far as the solver
+    proved when it stopped (the optimum's moves when optimal)."""
 
 
 class _Builder:
@@ -68,9 +72,20 @@ class _Builder:
         return LinearConstraint(a, np.array(self.lo), np.array(self.hi))
 
 
-def solve(inst: Instance, *, threshold: float | None, time_limit: float = TIME_LIMIT) -> MilpResult:
+def solve(
+    inst: Instance,
+    *,
+    threshold: float | None,
+    time_limit: float = TIME_LIMIT,
+    max_moves: int | None = None,
+) -> MilpResult:
     """Fewest moves reaching ``spread <= threshold`` per architecture (``threshold`` given), or
-    the least total excess of spread over ``inst.threshold`` (``threshold`` None)."""
+    the least total excess of spread over ``inst.threshold`` (``threshold`` None).
+
+    ``max_moves``: a known plan's moves (a planner's), as a bound on the objective. scipy's
+    HiGHS takes no starting solution; this bound prunes what such an incumbent would prune,
+    and "infeasible" then means no final state needs fewer moves than that plan (or as many,
+    the plan being one such state, when it reaches the threshold)."""
     t0 = time.perf_counter()
     n_h, n_v = inst.n_hosts, inst.n_vms
     var: dict[tuple[int, int], int] = {}
@@ -155,6 +170,9 @@ def solve(inst: Instance, *, threshold: float | None, time_limit: float = TIME_L
                     per_domain.setdefault(d, []).append(j)
         for d, js in per_domain.items():
             b.add([(j, 1.0) for j in js], -np.inf, 1.0 - count.get(d, 0))
+    if max_moves is not None:  # VMs that stay >= movable VMs - max_moves
+        stay = [(j, 1.0) for (v, h), j in var.items() if h == inst.home[v]]
+        b.add(stay, float(len(by_vm) - max_moves), np.inf)
 
     c = np.zeros(n)
     total_gib = float(inst.mem_max.sum() / GIB)
@@ -184,11 +202,27 @@ def solve(inst: Instance, *, threshold: float | None, time_limit: float = TIME_L
     if res.status == 2:
         return MilpResult("infeasible", None, float("nan"), seconds)
     if res.x is None:
-        return MilpResult("timeout" if res.status == 1 else "error", None, float("nan"), seconds)
+        status = "timeout" if res.status == 1 else "error"
+        return MilpResult(status, None, float("nan"), seconds, _min_moves(res, c, by_vm))
     x: FloatArray = res.x
     assign = inst.home.copy()
     for (v, h), j in var.items():
         if x[j] > 0.5:
             assign[v] = h
     status = "optimal" if res.status == 0 else "timeout"
-    return MilpResult(status, assign, float(res.fun), seconds)
+    return MilpResult(status, assign, float(res.fun), seconds, _min_moves(res, c, by_vm))
+
+
+def _min_moves(res: object, c: FloatArray, by_vm: dict[int, list[tuple[int, int]]]) -> int:
+    """Moves proven necessary from the solver's dual bound. The objective is minus the cost of
+    the VMs that stay, each ``1 + f`` with ``0 < f``, all ``f`` together below 1; so moved
+    cost = all VMs' cost + objective, and moves > moved cost - 1."""
+    bound = getattr(res, "mip_dual_bound", None)
+    if bound is None or not np.isfinite(bound):
+        return 0
+    total, must = 0.0, 0  # VMs that may stay: their cost; VMs that may not: counted apart
+    for hs in by_vm.values():
+        stay = max(-float(c[j]) for _h, j in hs)
+        total += stay
+        must += stay == 0.0
+    return must + max(0, math.ceil(total + float(bound) - 1.0 + 1e-6))

@@ -84,10 +84,16 @@ def case_params(
 
 
 def heuristic_only() -> None:
-    """Switch the planner's exact joint plan off in this process, so only its heuristic is
-    measured (a scope of more hosts than ``EXACT_HOSTS`` keeps the heuristic plan)."""
+    """Switch the planner's exact joint plan and the exact search around it off in this
+    process, so only its heuristic is measured (a scope of more hosts than ``EXACT_HOSTS`` and
+    ``NEAR_HOSTS`` keeps the heuristic plan)."""
     exact: Any = importlib.import_module("reconciler.core.exact")
     exact.EXACT_HOSTS = 0
+    try:
+        near: Any = importlib.import_module("reconciler.core.exact_near")
+    except ImportError:  # a planner without the search
+        return
+    near.NEAR_HOSTS = 0
 
 
 @dataclass

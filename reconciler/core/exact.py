@@ -108,13 +108,19 @@ def scopes(state: State, arches: Sequence[str]) -> list[tuple[str, ...]]:
     return [tuple(v) for v in out.values()]
 
 
-def applicable(state: State, hosts_of: Mapping[str, Sequence[int]]) -> bool:
-    """Small enough, and every group rule touching the scope's VMs modelled."""
+def applicable(
+    state: State,
+    hosts_of: Mapping[str, Sequence[int]],
+    hosts: int | None = None,
+    vms_at_most: int | None = None,
+) -> bool:
+    """Small enough (``EXACT_HOSTS`` and ``EXACT_VMS`` unless given), and every group rule
+    touching the scope's VMs modelled."""
     model = state.model
-    if not 2 <= sum(len(h) for h in hosts_of.values()) <= EXACT_HOSTS:
+    if not 2 <= sum(len(h) for h in hosts_of.values()) <= (EXACT_HOSTS if hosts is None else hosts):
         return False
     vms = _vms_of(state, hosts_of)
-    if len(vms) > EXACT_VMS:
+    if len(vms) > (EXACT_VMS if vms_at_most is None else vms_at_most):
         return False
     inside = set(vms)
     for v in vms:
@@ -137,18 +143,32 @@ def _vms_of(state: State, hosts_of: Mapping[str, Sequence[int]]) -> list[int]:
     ]
 
 
+Classes = dict[tuple[object, ...], tuple[list[int], list[int]]]
+"""Key -> (hosts the VMs may end on, the VMs)."""
+
+
 def solve(
     state: State,
     hosts_of: Mapping[str, Sequence[int]],
     movable: Callable[[int], bool],
     must_be: Mapping[int, int],
     target: Mapping[str, float],
+    *,
+    narrow: Callable[[int, list[int]], list[int]] | None = None,
+    memory: bool = True,
+    columns: int | None = None,
+    seconds: float | None = None,
+    nodes: int | None = None,
 ) -> Solution | None:
     """The optimum from ``state`` (left unchanged), None when infeasible or not found.
 
     ``hosts_of``: architecture -> its hosts that may take VMs; ``movable(v)``: may ``v`` move
     at all; ``must_be``: VM -> the host it must end on; ``target``: architecture -> the
-    largest spread allowed.
+    largest spread allowed; ``narrow(v, hosts)``: of the hosts its rules allow a movable VM,
+    those it may end on (a neighbourhood, :mod:`reconciler.core.exact_near`); ``memory``:
+    minimise the memory moved second; ``columns``: the largest model solved
+    (``EXACT_COLUMNS``); ``seconds``: the clock's safety net (``TIME_LIMIT``); ``nodes``: the
+    deterministic limit (``NODE_LIMIT``).
     """
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -157,46 +177,16 @@ def solve(
     model = state.model
     w = model.weights
     limit = w.host_limit / 100.0
-    vms = [v for v in _vms_of(state, hosts_of) if not model.vms[v].shadow]
     all_hosts = [h for hosts in hosts_of.values() for h in hosts]
-    classes: dict[tuple[object, ...], tuple[list[int], list[int]]] = {}  # allowed, VMs
-    fixed: list[tuple[int, int]] = []
-    for v in vms:
-        s = state.host_of[v]
-        own = hosts_of[model.arch_of(s)]
-        if must_be.get(v, -1) in own:
-            allowed = [must_be[v]]
-        elif not movable(v):
-            allowed = [s]
-        else:
-            allowed = [h for h in own if _permitted(state, v, h)]
-            if s in own and s not in allowed and _permitted(state, v, s, preferred=False):
-                allowed.append(s)
-        if allowed == [s]:
-            fixed.append((v, s))
-            continue
-        if not allowed:
-            return None
-        vm = model.vms[v]
-        key = (
-            s,
-            tuple(allowed),
-            vm.memory,
-            vm.copy_bytes,
-            vm.vcpus,
-            vm.cpu_load,
-            vm.mem_load,
-            model.rules.host_rules[v],
-            model.rules.vm_groups[v],
-        )
-        classes.setdefault(key, (allowed, []))[1].append(v)
+    built = _classes(state, hosts_of, movable, must_be, narrow)
+    if built is None or _columns(built[0]) > (EXACT_COLUMNS if columns is None else columns):
+        return None
+    classes, fixed = built
     if not classes:
         return None
     members = [vs for _, vs in classes.values()]
     # Column i: how many VMs of class cols[i][0] end on host cols[i][1].
     cols = [(c, h) for c, (allowed, _) in enumerate(classes.values()) for h in allowed]
-    if len(cols) > EXACT_COLUMNS:
-        return None
     arch_list = list(hosts_of)
     n = len(cols) + 2 * len(arch_list)  # + lo, hi per architecture
     lo_col = {a: len(cols) + 2 * k for k, a in enumerate(arch_list)}
@@ -326,14 +316,18 @@ def solve(
         constraints=constraints,
         integrality=integrality,
         bounds=bounds,
-        options={"time_limit": TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
+        options={
+            "time_limit": seconds or TIME_LIMIT,
+            "node_limit": nodes or NODE_LIMIT,
+            "presolve": True,
+        },
     )
     if res.x is None or _stopped_by_clock(res):
         return None
     x = res.x
     # Then the fewest bytes to copy among plans of that cost, on models small enough to finish in a
     # smaller budget (larger ones rarely find a plan in it); the first plan stands otherwise.
-    if gib.any() and len(cols) <= MEMORY_COLUMNS:
+    if memory and gib.any() and len(cols) <= MEMORY_COLUMNS:
         cap = LinearConstraint(cost.reshape(1, -1), -np.inf, float(res.fun) + 0.5)
         second = milp(
             gib,
@@ -346,6 +340,58 @@ def solve(
             x = second.x
     counts = [round(float(v)) for v in x[: len(cols)]]
     return _read(state, members, cols, counts, fixed, res.status == 0)
+
+
+def _columns(classes: Classes) -> int:
+    return sum(len(allowed) for allowed, _ in classes.values())
+
+
+def _classes(
+    state: State,
+    hosts_of: Mapping[str, Sequence[int]],
+    movable: Callable[[int], bool],
+    must_be: Mapping[int, int],
+    narrow: Callable[[int, list[int]], list[int]] | None,
+) -> tuple[Classes, list[tuple[int, int]]] | None:
+    """The scope's VMs that may end elsewhere, by class, and those that stay; None when
+    some VM has nowhere to go."""
+    model = state.model
+    classes: Classes = {}
+    fixed: list[tuple[int, int]] = []
+    for v in _vms_of(state, hosts_of):
+        if model.vms[v].shadow:
+            continue
+        s = state.host_of[v]
+        own = hosts_of[model.arch_of(s)]
+        if must_be.get(v, -1) in own:
+            allowed = [must_be[v]]
+        elif not movable(v):
+            allowed = [s]
+        else:
+            allowed = [h for h in own if _permitted(state, v, h)]
+            if s in own and s not in allowed and _permitted(state, v, s, preferred=False):
+                allowed.append(s)
+            if narrow is not None:
+                allowed = narrow(v, allowed)
+        if allowed == [s]:
+            fixed.append((v, s))
+            continue
+        if not allowed:
+            return None
+        vm = model.vms[v]
+        key = (
+            s,
+            tuple(allowed),
+            vm.memory,
+            vm.copy_bytes,
+            vm.vcpus,
+            vm.cpu_load,
+            vm.mem_load,
+            model.rules.host_rules[v],
+            model.rules.vm_groups[v],
+        )
+        classes.setdefault(key, (allowed, []))[1].append(v)
+    return classes, fixed
 
 
 def _stopped_by_clock(res: object) -> bool:

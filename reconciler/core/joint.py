@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.core import exact
+from reconciler.core import exact, exact_near
 from reconciler.core.balance import spread_of
 from reconciler.core.feasibility import EPSILON
 from reconciler.core.rules import REASONS, describe_kind, domain_of
@@ -43,7 +43,8 @@ def improve(
     """The steps with exact plans swapped in where better, and whether the plan is proven
     optimal (None: no scope was solved exactly)."""
     model = before.model
-    if all(len(g.hosts) > exact.EXACT_HOSTS for g in goals):  # skip grouping on large clusters
+    largest = max(exact.EXACT_HOSTS, exact_near.NEAR_HOSTS)
+    if all(len(g.hosts) > largest for g in goals):  # skip grouping on large clusters
         return steps, (False if steps else None)
     by_arch = {g.arch: g for g in goals}
     # A revert the heuristic left out (the VM moved for another reason first) to a host that
@@ -58,7 +59,7 @@ def improve(
         mine_goals = [by_arch[a] for a in scope]
         hosts_of = {g.arch: g.hosts for g in mine_goals}
         mine = [s for s in steps if model.arch_of(s.source) in hosts_of]
-        if not exact.applicable(before, hosts_of):
+        if not exact.applicable(before, hosts_of, exact_near.NEAR_HOSTS, exact_near.NEAR_VMS):
             if mine:
                 proven.append(False)
             continue
@@ -85,11 +86,16 @@ def improve(
         # An architecture not balancing may not end wider than the heuristic leaves it.
         first = {g.arch: _target(g, ends[g.arch], reached, strict=True) for g in mine_goals}
         second = {g.arch: _target(g, ends[g.arch], reached, strict=False) for g in mine_goals}
-        found = exact.solve(before, hosts_of, movable, must_be, first)
-        target = first
-        if found is None and second != first:
-            found = exact.solve(before, hosts_of, movable, must_be, second)
+        found, target = None, first
+        if exact.applicable(before, hosts_of):
+            found = exact.solve(before, hosts_of, movable, must_be, first)
+            if found is None and second != first:
+                found = exact.solve(before, hosts_of, movable, must_be, second)
+                target = second
+        if found is None and mine:  # too large to solve whole: improve the heuristic's plan
+            incumbent = {s.vm: s.target for s in mine}
             target = second
+            found = exact_near.search(before, hosts_of, incumbent, movable, needed, must_be, target)
         if found is None:
             proven.append(False)
             continue
@@ -104,8 +110,12 @@ def improve(
         mine_gib = sum(model.vms[s.vm].copy_bytes for s in mine)
         gib = sum(model.vms[v].copy_bytes for v in found.target)
         better = (-reaches, cost, gib) < (-mine_reach, mine_cost, mine_gib)
+        # Proven against the heuristic's own spread only (the threshold was out of the
+        # model's reach): not the fewest moves to the threshold, which moving VMs the model
+        # holds (on a balanced architecture) or a swap no order allows may still reach.
+        strict = reaches == len(balancing)
         if not better:
-            proven.append(found.optimal and cost == mine_cost and reaches >= mine_reach)
+            proven.append(found.optimal and strict and cost == mine_cost and reaches >= mine_reach)
             continue
         ordered = exact.order(before, found.target, needed.__contains__)
         if ordered is None:
@@ -116,7 +126,7 @@ def improve(
         # Mandatory steps of other scopes first, then this one's, then other balance.
         head = [s for s in steps if s.mandatory]
         steps = head + new + [s for s in steps if not s.mandatory]
-        proven.append(found.optimal)
+        proven.append(found.optimal and strict)
     if not proven:
         return steps, None
     return steps, all(proven)

@@ -1,0 +1,146 @@
+"""Large-neighbourhood search with the exact model, for scopes too large to solve whole.
+
+A mid-size scope (24 hosts x 10 VMs: about 1,500 (class, host) variables) is over
+``EXACT_COLUMNS``; HiGHS does not prove such a model within the planner's limits. The
+heuristic's plan is the incumbent instead, and small parts of it are solved again exactly:
+
+- per architecture, the hosts scoring above the mean are *hot* (and every host a move of the
+  incumbent leaves), the others *cold*;
+- a neighbourhood is ``NEAR_SOURCES`` hot hosts next to each other in score order: the VMs
+  that start there are free (each may stay, or end on a cold host scoring lower than its own
+  one, or where the incumbent put it; one a mandatory rule needs moved on any host its rules
+  allow), every other VM stays where the incumbent puts it;
+- the sub-model keeps every rule of the whole one (capacity, hostLimit, each required
+  antiAffinity over all members, each architecture's spread target over all its hosts), so
+  the incumbent's own moves are one of its solutions; a solution with fewer moves replaces
+  them when the whole plan can still be ordered step by step.
+
+The neighbourhoods are visited hottest first, again while a pass improves, within
+``NEAR_SOLVES`` solves of at most ``NEAR_COLUMNS`` variables and ``NEAR_NODES`` nodes each.
+No clock decides anything (a solve the clock stops is dropped, as for the whole model), so the
+plan depends on its inputs only. The result is a local optimum, not a proven one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from reconciler.core import exact
+from reconciler.core.state import State
+
+NEAR_HOSTS = 64
+"""Largest scope searched, in hosts (a 1,000-host cluster is not)."""
+NEAR_VMS = 1_000
+"""...and in VMs."""
+NEAR_SOURCES = 3
+"""Hot hosts freed together."""
+NEAR_COLUMNS = 1_200
+"""Largest sub-model solved, in (class, host) variables (they solve at the root node)."""
+NEAR_NODES = 200
+"""Branch-and-bound nodes per sub-model: the deterministic bound of its work (the benchmarks'
+sub-models are solved at the root node, in 0.05-0.3 s of CPU)."""
+NEAR_TIME_LIMIT = 60.0
+"""Seconds per sub-model: only a safety net, far above what ``NEAR_NODES`` takes, so that even
+a machine loaded tenfold does not cut one off (a cut-off solve is dropped, and the plan would
+then depend on the load)."""
+NEAR_SOLVES = 16
+"""Sub-models solved per scope at most: the work budget."""
+
+
+def search(
+    before: State,
+    hosts_of: Mapping[str, Sequence[int]],
+    incumbent: Mapping[int, int],
+    movable: Callable[[int], bool],
+    needed: Collection[int],
+    must_be: Mapping[int, int],
+    target: Mapping[str, float],
+) -> exact.Solution | None:
+    """A final placement with fewer moves than ``incumbent`` (VM -> host, for the VMs it
+    moves, whose final state meets every rule and ``target``), or None."""
+    score = {h: before.score(h) for hosts in hosts_of.values() for h in hosts}
+    hot: set[int] = {before.host_of[v] for v in incumbent}
+    for hosts in hosts_of.values():
+        mean = sum(score[h] for h in hosts) / len(hosts)
+        hot.update(h for h in hosts if score[h] > mean)
+    hot &= score.keys()
+    ranked = sorted(hot, key=lambda h: (-score[h], h))
+    windows = [
+        set(ranked[i : i + NEAR_SOURCES]) for i in range(max(1, len(ranked) - NEAR_SOURCES + 1))
+    ]
+    best = dict(incumbent)
+    solves = 0
+    improved = True
+    while improved and solves < NEAR_SOLVES:
+        improved = False
+        for sources in windows:
+            if solves >= NEAR_SOLVES:
+                break
+            solves += 1
+            found = _solve_part(
+                before, hosts_of, best, sources, hot, score, movable, needed, must_be, target
+            )
+            if found is None:
+                continue
+            trial = {v: t for v, t in best.items() if before.host_of[v] not in sources}
+            trial.update(found.target)
+            if _cost(before, hosts_of, trial) >= _cost(before, hosts_of, best):
+                continue
+            if exact.order(before, trial, needed.__contains__) is None:
+                continue
+            best = trial
+            improved = True
+    if best == incumbent:
+        return None
+    return exact.Solution(best, False, _cost(before, hosts_of, best) - len(best))
+
+
+def _cost(before: State, hosts_of: Mapping[str, Sequence[int]], final: Mapping[int, int]) -> int:
+    """Moves plus preferred host rules broken by the scope's VMs, in the final placement."""
+    model = before.model
+    broken = 0
+    for vm in model.vms:
+        s = before.host_of[vm.index]
+        if not vm.shadow and s >= 0 and model.arch_of(s) in hosts_of:
+            broken += exact.preferred_broken(before, vm.index, final.get(vm.index, s))
+    return len(final) + broken
+
+
+def _solve_part(
+    before: State,
+    hosts_of: Mapping[str, Sequence[int]],
+    best: Mapping[int, int],
+    sources: set[int],
+    hot: set[int],
+    score: Mapping[int, float],
+    movable: Callable[[int], bool],
+    needed: Collection[int],
+    must_be: Mapping[int, int],
+    target: Mapping[str, float],
+) -> exact.Solution | None:
+    """The fewest moves of the VMs starting on ``sources``, every other VM where ``best``
+    puts it."""
+    work = before.copy()
+    free: set[int] = set()
+    for h in sources:
+        free.update(v for v in before.vms_on[h] if movable(v))
+    for v, t in best.items():
+        if v not in free:
+            work.move(v, t)
+
+    def narrow(v: int, allowed: list[int]) -> list[int]:
+        if v in needed:
+            return allowed
+        s = before.host_of[v]
+        return [h for h in allowed if h == s or h == best.get(v) or score[h] < score[s]]
+
+    return exact.solve(
+        work,
+        hosts_of,
+        free.__contains__,
+        must_be,
+        target,
+        narrow=narrow,
+        memory=False,
+        columns=NEAR_COLUMNS,
+    )
