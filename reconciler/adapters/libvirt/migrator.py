@@ -186,8 +186,11 @@ class LibvirtMigrator:
         poll_interval: float = 0.2,
         settle_timeout: float = 60.0,
         pool: ConnectionPool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.desired = desired
+        self.clock = clock
+        """Seconds for the watcher's limits (timeoutPerGiB, progressTimeout, the settle wait)."""
         self.connection = connection or ConnectionSettings()
         self.pool = pool
         self.poll_interval = poll_interval
@@ -302,12 +305,12 @@ class LibvirtMigrator:
         limit = time_limit(self.desired, memory)
         stall_limit = tuning.progress_timeout.total_seconds()
         worker = threading.Thread(target=work, name=f"migrate {move.vm}", daemon=True)
-        started = time.monotonic()
+        started = self.clock()
         worker.start()
         last_progress, least_remaining = started, -1
         aborted_at: float | None = None
         while not job.done.wait(self.poll_interval):
-            now = time.monotonic()
+            now = self.clock()
             stats = self._stats(dom)
             if stats:
                 job.last = stats

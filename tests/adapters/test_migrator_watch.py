@@ -1,0 +1,381 @@
+"""The migrator's watcher without the lab: a fake domain whose job statistics follow a script
+and a fake clock, so the aborts on ``timeoutPerGiB`` and on a stall, the switch to post-copy and
+a job libvirt does not end are decided in milliseconds. The lab tests stay the truth for what
+libvirt does; these pin down what the watcher decides from what it reads.
+
+One poll of the watcher is one step of the script and one ``TICK`` of the clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libvirt
+import pytest
+
+from reconciler.adapters.libvirt.migrator import GIB, LibvirtMigrator, time_limit
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.model.base import HostName, VmName
+from reconciler.model.desired import DesiredState
+from reconciler.model.migration import MigrationProgress, MigrationResult
+from reconciler.model.plan import Move, Reason
+from tests.core.builders import desired as build_desired
+from tests.core.builders import host
+
+TICK = 1.0
+UUID = "6f1c1d5e-0000-4000-8000-000000000001"
+MOVE = Move(
+    vm=VmName("web-1"),
+    source=HostName("kvm-01"),
+    target=HostName("kvm-02"),
+    memory=GIB,
+    vcpus=1,
+    reason=Reason.BALANCE,
+    detail="test",
+    wave=0,
+)
+DONE = "done"
+"""A script step: libvirt finishes the migration (the VM now runs on the target)."""
+
+
+def error(code: int, text: str) -> libvirt.libvirtError:
+    err = libvirt.libvirtError(text)
+    err.err = (code, 0, text, 2, None, None, None, 0, 0)
+    return err
+
+
+class Clock:
+    """Fake seconds: every reading is one tick later than the last."""
+
+    def __init__(self) -> None:
+        self.now = -TICK
+
+    def __call__(self) -> float:
+        self.now += TICK
+        return self.now
+
+
+@dataclass
+class World:
+    """Where the VM is defined and running: the truth both hosts report afterwards."""
+
+    defined: set[str] = field(default_factory=lambda: {"kvm-01"})
+    running: set[str] = field(default_factory=lambda: {"kvm-01"})
+
+
+class Domain:
+    """The VM as one host's connection sees it; on the source it runs the scripted job."""
+
+    def __init__(
+        self,
+        world: World,
+        host: str,
+        script: Sequence[dict[str, Any] | str] = (),
+        *,
+        abort_ends_job: bool = True,
+    ) -> None:
+        self.world, self.host = world, host
+        self.script = list(script)
+        self.abort_ends_job = abort_ends_job
+        self.polls = 0
+        self.aborts: list[int] = []
+        """The poll at which each ``abortJob`` came."""
+        self.postcopy: list[int] = []
+        """The poll at which each ``migrateStartPostCopy`` came."""
+        self.ended = threading.Event()
+        self.outcome: libvirt.libvirtError | None = None
+
+    def UUIDString(self) -> str:  # noqa: N802 (libvirt's names)
+        return UUID
+
+    def maxMemory(self) -> int:  # noqa: N802
+        return GIB // 1024
+
+    def migrateToURI3(self, uri: str, params: dict[str, Any], flags: int) -> int:  # noqa: N802
+        self.ended.wait()
+        if self.outcome is not None:
+            raise self.outcome
+        return 0
+
+    def jobStats(self, flags: int = 0) -> dict[str, Any]:  # noqa: N802
+        if flags:  # the target's completed job, read after a success
+            return {"type": libvirt.VIR_DOMAIN_JOB_COMPLETED, "downtime": 12, "data_processed": 7}
+        if self.ended.is_set():
+            raise error(libvirt.VIR_ERR_OPERATION_INVALID, "no job is active on the domain")
+        step = self.script[min(self.polls, len(self.script) - 1)]
+        self.polls += 1
+        if step == DONE:
+            self.world.defined, self.world.running = {"kvm-02"}, {"kvm-02"}
+            self.ended.set()
+            return {"type": libvirt.VIR_DOMAIN_JOB_NONE}
+        assert isinstance(step, dict)
+        return {"type": libvirt.VIR_DOMAIN_JOB_UNBOUNDED, "memory_total": GIB, **step}
+
+    def abortJob(self) -> int:  # noqa: N802
+        self.aborts.append(self.polls)
+        if self.abort_ends_job:
+            self.outcome = error(libvirt.VIR_ERR_OPERATION_ABORTED, "operation aborted by client")
+            self.ended.set()
+        return 0
+
+    def migrateStartPostCopy(self, flags: int = 0) -> int:  # noqa: N802
+        self.postcopy.append(self.polls)
+        return 0
+
+    def state(self) -> tuple[int, int]:
+        if self.host in self.world.running:
+            return libvirt.VIR_DOMAIN_RUNNING, 1
+        return libvirt.VIR_DOMAIN_SHUTOFF, 0
+
+    def isActive(self) -> int:  # noqa: N802
+        return int(self.host in self.world.running)
+
+    def isPersistent(self) -> int:  # noqa: N802
+        return int(self.host in self.world.defined)
+
+
+class Connection:
+    def __init__(self, world: World, host: str, dom: Domain) -> None:
+        self.world, self.host, self.dom = world, host, dom
+
+    def lookupByUUIDString(self, uuid: str) -> Domain:  # noqa: N802
+        if self.host not in self.world.defined | self.world.running:
+            raise error(libvirt.VIR_ERR_NO_DOMAIN, f"no domain with uuid {uuid}")
+        return self.dom
+
+    def lookupByName(self, name: str) -> Domain:  # noqa: N802
+        return self.lookupByUUIDString(UUID)
+
+    def isAlive(self) -> int:  # noqa: N802
+        return 1
+
+    def close(self) -> int:
+        return 0
+
+
+class Pool(ConnectionPool):
+    """The command's connections, to fake hosts."""
+
+    def __init__(self, conns: dict[str, Connection]) -> None:
+        super().__init__({name: f"test:///{name}" for name in conns})
+        self.conns = conns
+
+    def get(self, host: str) -> Any:
+        return self.conns[host]
+
+
+@dataclass
+class Run:
+    result: MigrationResult
+    source: Domain
+    progress: list[MigrationProgress]
+
+
+@pytest.fixture
+def release() -> Iterator[list[Domain]]:
+    """Domains whose job a test left running end it on teardown, so no thread outlives it."""
+    domains: list[Domain] = []
+    yield domains
+    for dom in domains:
+        dom.ended.set()
+
+
+def tuned(*, per_gib: str = "100s", stall: str = "5s", post_copy: bool = False) -> DesiredState:
+    return build_desired(
+        [host("kvm-01"), host("kvm-02")],
+        migration={"timeoutPerGiB": per_gib, "progressTimeout": stall, "postCopy": post_copy},
+    )
+
+
+def migrate(
+    script: Sequence[dict[str, Any] | str],
+    release: list[Domain],
+    *,
+    desired: DesiredState | None = None,
+    memory: int = GIB,
+    abort_ends_job: bool = True,
+    settle: float = 3.0,
+    stop: threading.Event | None = None,
+) -> Run:
+    world = World()
+    source = Domain(world, "kvm-01", script, abort_ends_job=abort_ends_job)
+    release.append(source)
+    pool = Pool(
+        {
+            "kvm-01": Connection(world, "kvm-01", source),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    migrator = LibvirtMigrator(
+        desired or tuned(), pool=pool, poll_interval=0.001, settle_timeout=settle, clock=Clock()
+    )
+    progress: list[MigrationProgress] = []
+    result = migrator.migrate(
+        MOVE.model_copy(update={"memory": memory}),
+        on_progress=progress.append,
+        abort=stop or threading.Event(),
+        uuid=UUID,
+    )
+    return Run(result, source, progress)
+
+
+def falling(steps: int, start: int = GIB) -> list[dict[str, Any]]:
+    """Job readings whose remaining memory falls at every poll."""
+    return [
+        {"memory_remaining": start - i * (GIB // 64), "data_processed": i, "data_total": GIB}
+        for i in range(steps)
+    ]
+
+
+def stuck(steps: int, remaining: int = GIB) -> list[dict[str, Any]]:
+    """Job readings that never reach a new low of remaining memory (after ``falling``)."""
+    return [{"memory_remaining": remaining} for _ in range(steps)]
+
+
+def test_a_migration_that_keeps_progressing_within_its_limit_succeeds(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(5), DONE], release)
+    assert run.result.succeeded, run.result.error
+    assert run.result.running_on == ["kvm-02"]
+    assert run.source.aborts == []
+    assert [p.data_processed for p in run.progress] == [0, 1, 2, 3, 4]
+    assert run.result.downtime_ms == 12
+
+
+def test_the_time_limit_is_timeout_per_gib_times_the_guest_memory_rounded_up() -> None:
+    desired = tuned(per_gib="10s")
+    assert time_limit(desired, 1) == 10
+    assert time_limit(desired, GIB) == 10
+    assert time_limit(desired, GIB + 1) == 20
+    assert time_limit(desired, 0) == 10
+
+
+def test_a_migration_past_timeout_per_gib_is_aborted_at_the_first_poll_beyond_it(
+    release: list[Domain],
+) -> None:
+    # progressing all the time, so only the time limit can stop it: 10s for 1 GiB; at 10s it
+    # is still within (the limit is inclusive), the first poll after 10s aborts it
+    run = migrate(falling(60), release, desired=tuned(per_gib="10s", stall="100s"))
+    assert run.source.aborts == [11]
+    assert run.result.aborted
+    assert not run.result.succeeded
+    assert run.result.error is not None
+    assert run.result.error.startswith(
+        "aborted: ran past its limit of 10s (timeoutPerGiB 10s x 1 GiB)"
+    )
+    assert run.result.running_on == ["kvm-01"]
+
+
+def test_the_time_limit_grows_with_the_guest_memory(release: list[Domain]) -> None:
+    run = migrate(
+        falling(60), release, desired=tuned(per_gib="10s", stall="100s"), memory=2 * GIB + 1
+    )
+    assert run.source.aborts == [31]
+    assert run.result.error is not None
+    assert "limit of 30s (timeoutPerGiB 10s x 3 GiB)" in run.result.error
+
+
+def test_a_stalled_migration_is_aborted_after_progress_timeout(release: list[Domain]) -> None:
+    # the remaining memory falls twice, then stays: progress was last seen at the second poll
+    # (at 2s); 5s without progress is still allowed, the first poll after it aborts
+    run = migrate([*falling(2), *stuck(30)], release, desired=tuned(stall="5s"))
+    assert run.source.aborts == [8]
+    assert run.source.postcopy == []
+    assert run.result.aborted
+    assert run.result.error is not None
+    assert run.result.error.startswith("aborted: no progress for 5s (progressTimeout)")
+    assert run.result.running_on == ["kvm-01"]
+
+
+def test_remaining_memory_that_rises_again_is_no_progress(release: list[Domain]) -> None:
+    # dirtied pages make the remaining memory climb back: only a new low counts as progress
+    rising = [{"memory_remaining": GIB // 2 + i} for i in range(30)]
+    run = migrate([{"memory_remaining": GIB // 4}, *rising], release, desired=tuned(stall="5s"))
+    assert run.source.aborts == [7]
+
+
+def test_a_reading_without_memory_figures_is_no_progress(release: list[Domain]) -> None:
+    # a job that has not begun to copy reports no memory_total: the stall clock runs from the
+    # start, and without figures there is nothing post-copy could finish
+    blank = [{"memory_total": 0} for _ in range(30)]
+    run = migrate(blank, release, desired=tuned(stall="5s", post_copy=True))
+    assert run.source.aborts == [6]
+    assert run.source.postcopy == []
+
+
+def test_a_stall_switches_to_post_copy_once_when_the_policy_allows_it(
+    release: list[Domain],
+) -> None:
+    # stalls at 2s: post-copy at the first poll past 5s of no progress; the migration then
+    # finishes on the target
+    run = migrate(
+        [*falling(2), *stuck(6), *falling(3, start=GIB // 4), DONE],
+        release,
+        desired=tuned(stall="5s", post_copy=True),
+    )
+    assert run.source.postcopy == [8]
+    assert run.source.aborts == []
+    assert run.result.succeeded, run.result.error
+    assert not run.result.aborted
+
+
+def test_a_stall_after_post_copy_aborts(release: list[Domain]) -> None:
+    # post-copy started at 7s (the 8th poll) restarts the stall clock; with no progress after
+    # it, the first poll past 5s more aborts
+    run = migrate([*falling(2), *stuck(40)], release, desired=tuned(stall="5s", post_copy=True))
+    assert run.source.postcopy == [8]
+    assert run.source.aborts == [14]
+    assert run.result.error is not None
+    assert "no progress for 5s (progressTimeout)" in run.result.error
+
+
+def test_a_job_libvirt_does_not_end_after_the_abort_is_abandoned_after_the_settle_time(
+    release: list[Domain],
+) -> None:
+    run = migrate(stuck(40), release, desired=tuned(stall="2s"), abort_ends_job=False, settle=3.0)
+    # aborted at the 4th poll (3s without progress), then 3s of waiting are allowed; the
+    # first poll past them gives up and looks at both hosts
+    assert run.source.aborts == [4]
+    assert run.source.polls == 8
+    assert not run.result.succeeded
+    assert run.result.error is not None
+    assert "no progress for 2s (progressTimeout)" in run.result.error
+    assert run.result.error.split("; ")[1] == "libvirt had not ended the job after 3s"
+    assert run.result.running_on == ["kvm-01"]
+
+
+def test_a_stop_request_aborts_the_running_migration(release: list[Domain]) -> None:
+    stop = threading.Event()
+    stop.set()
+    run = migrate(falling(30), release, stop=stop)
+    assert run.source.aborts == [1]
+    assert run.result.error is not None
+    assert run.result.error.startswith("aborted: stopped on request")
+    assert run.result.aborted
+
+
+def test_a_failing_abort_is_reported_with_the_abort_reason(release: list[Domain]) -> None:
+    class Stubborn(Domain):
+        def abortJob(self) -> int:  # noqa: N802
+            super().abortJob()
+            raise error(libvirt.VIR_ERR_OPERATION_INVALID, "no job to abort")
+
+    world = World()
+    source = Stubborn(world, "kvm-01", stuck(30), abort_ends_job=True)
+    release.append(source)
+    pool = Pool(
+        {
+            "kvm-01": Connection(world, "kvm-01", source),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    migrator = LibvirtMigrator(tuned(stall="2s"), pool=pool, poll_interval=0.001, clock=Clock())
+    result = migrator.migrate(MOVE, on_progress=lambda _: None, abort=threading.Event())
+    assert result.error is not None
+    assert result.error.startswith(
+        "aborted: no progress for 2s (progressTimeout) (abortJob: no job to abort)"
+    )
