@@ -1,7 +1,8 @@
-"""The migrator's watcher without the lab: a fake domain whose job statistics follow a script
-and a fake clock, so the aborts on ``timeoutPerGiB`` and on a stall, the switch to post-copy and
-a job libvirt does not end are decided in milliseconds. The lab tests stay the truth for what
-libvirt does; these pin down what the watcher decides from what it reads.
+"""The migrator without the lab: a fake domain whose job statistics follow a script and a fake
+clock, so the aborts on ``timeoutPerGiB`` and on a stall, the switch to post-copy and a job
+libvirt does not end are decided in milliseconds, and so is what the migrator makes of what both
+hosts show afterwards. The lab tests stay the truth for what libvirt does; these pin down what
+the migrator decides from what it reads.
 
 One poll of the watcher is one step of the script and one ``TICK`` of the clock.
 """
@@ -16,9 +17,17 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters.libvirt.migrator import GIB, LibvirtMigrator, time_limit
+from reconciler.adapters.libvirt.migrator import (
+    GIB,
+    LibvirtMigrator,
+    migration_call,
+    migration_uri,
+    time_limit,
+)
 from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.errors import ConfigError
 from reconciler.model.base import HostName, VmName
+from reconciler.model.cluster import Defaults, Migration
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move, Reason
@@ -64,6 +73,54 @@ class World:
 
     defined: set[str] = field(default_factory=lambda: {"kvm-01"})
     running: set[str] = field(default_factory=lambda: {"kvm-01"})
+    paused: dict[str, int] = field(default_factory=dict)
+    """Hosts where it is paused, with libvirt's reason."""
+    calls: list[str] = field(default_factory=list)
+    """``resume``/``undefine`` calls, as ``call@host``."""
+
+
+def moved(world: World) -> libvirt.libvirtError | None:
+    world.defined, world.running = {"kvm-02"}, {"kvm-02"}
+    return None
+
+
+def moved_leaving_definition(world: World) -> libvirt.libvirtError | None:
+    """Migrated, but the source kept its (inactive) definition."""
+    world.defined, world.running = {"kvm-01", "kvm-02"}, {"kvm-02"}
+    return None
+
+
+def failed_paused(world: World) -> libvirt.libvirtError | None:
+    """Pre-copy failed at the switch-over: the VM is left paused on the source."""
+    world.running = set()
+    world.paused = {"kvm-01": libvirt.VIR_DOMAIN_PAUSED_MIGRATION}
+    return error(libvirt.VIR_ERR_OPERATION_FAILED, "migration failed at switch-over")
+
+
+def failed_in_postcopy(world: World) -> libvirt.libvirtError | None:
+    """Post-copy failed: its memory is split over both hosts, paused on both."""
+    world.running = set()
+    world.defined = {"kvm-01", "kvm-02"}
+    world.paused = {
+        "kvm-01": libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED,
+        "kvm-02": libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED,
+    }
+    return error(libvirt.VIR_ERR_OPERATION_FAILED, "post-copy failed")
+
+
+def moved_with_an_error(world: World) -> libvirt.libvirtError | None:
+    """Migrated, yet the call raised (the confirm step failed after the switch-over)."""
+    moved(world)
+    return error(libvirt.VIR_ERR_OPERATION_FAILED, "late error")
+
+
+ENDINGS = {
+    "done": moved,
+    "done-late-error": moved_with_an_error,
+    "leftover": moved_leaving_definition,
+    "failed-paused": failed_paused,
+    "failed-postcopy": failed_in_postcopy,
+}
 
 
 class Domain:
@@ -107,8 +164,8 @@ class Domain:
             raise error(libvirt.VIR_ERR_OPERATION_INVALID, "no job is active on the domain")
         step = self.script[min(self.polls, len(self.script) - 1)]
         self.polls += 1
-        if step == DONE:
-            self.world.defined, self.world.running = {"kvm-02"}, {"kvm-02"}
+        if isinstance(step, str):
+            self.outcome = ENDINGS[step](self.world)
             self.ended.set()
             return {"type": libvirt.VIR_DOMAIN_JOB_NONE}
         assert isinstance(step, dict)
@@ -128,10 +185,23 @@ class Domain:
     def state(self) -> tuple[int, int]:
         if self.host in self.world.running:
             return libvirt.VIR_DOMAIN_RUNNING, 1
+        if self.host in self.world.paused:
+            return libvirt.VIR_DOMAIN_PAUSED, self.world.paused[self.host]
         return libvirt.VIR_DOMAIN_SHUTOFF, 0
 
     def isActive(self) -> int:  # noqa: N802
-        return int(self.host in self.world.running)
+        return int(self.host in self.world.running or self.host in self.world.paused)
+
+    def resume(self) -> int:
+        self.world.calls.append(f"resume@{self.host}")
+        del self.world.paused[self.host]
+        self.world.running.add(self.host)
+        return 0
+
+    def undefine(self) -> int:
+        self.world.calls.append(f"undefine@{self.host}")
+        self.world.defined.discard(self.host)
+        return 0
 
     def isPersistent(self) -> int:  # noqa: N802
         return int(self.host in self.world.defined)
@@ -142,7 +212,7 @@ class Connection:
         self.world, self.host, self.dom = world, host, dom
 
     def lookupByUUIDString(self, uuid: str) -> Domain:  # noqa: N802
-        if self.host not in self.world.defined | self.world.running:
+        if self.host not in self.world.defined | self.world.running | set(self.world.paused):
             raise error(libvirt.VIR_ERR_NO_DOMAIN, f"no domain with uuid {uuid}")
         return self.dom
 
@@ -379,3 +449,148 @@ def test_a_failing_abort_is_reported_with_the_abort_reason(release: list[Domain]
     assert result.error.startswith(
         "aborted: no progress for 2s (progressTimeout) (abortJob: no job to abort)"
     )
+
+
+# --- what both hosts show afterwards ---------------------------------------------------------
+
+
+def test_a_vm_left_paused_on_the_source_is_resumed_there_when_the_target_does_not_run_it(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "failed-paused"], release)
+    assert run.source.world.calls == ["resume@kvm-01"]
+    assert not run.result.succeeded
+    assert run.result.running_on == ["kvm-01"]
+    assert run.result.paused_on == []
+    assert run.result.error == (
+        "libvirt: migration failed at switch-over; "
+        "was left paused on kvm-01 and has been resumed there"
+    )
+
+
+def test_a_vm_paused_by_a_failed_post_copy_is_never_resumed_on_the_source(
+    release: list[Domain],
+) -> None:
+    # its memory is on both hosts: resuming the source would run it twice
+    run = migrate([*falling(2), "failed-postcopy"], release)
+    assert run.source.world.calls == []
+    assert not run.result.succeeded
+    assert run.result.running_on == []
+    assert run.result.paused_on == ["kvm-01", "kvm-02"]
+    assert run.result.downtime_ms is None
+
+
+def test_a_definition_left_on_the_source_after_the_move_is_removed(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "leftover"], release)
+    assert run.source.world.calls == ["undefine@kvm-01"]
+    assert run.result.succeeded, run.result.error
+    assert run.result.error is None
+    assert run.source.world.defined == {"kvm-02"}
+
+
+def test_libvirt_reporting_an_error_after_the_vm_moved_is_a_success(
+    release: list[Domain],
+) -> None:
+    # the job's error came after the switch-over: where the VM runs decides, not the exception
+    run = migrate([*falling(2), "done-late-error"], release)
+    assert run.result.succeeded
+    assert run.result.error is None
+    assert not run.result.aborted
+
+
+def test_an_unknown_host_is_a_config_error_that_says_to_plan_again() -> None:
+    migrator = LibvirtMigrator(tuned(), pool=Pool({}), clock=Clock())
+    with pytest.raises(ConfigError, match="host kvm-09 is not in cluster test") as err:
+        migrator.migrate(
+            MOVE.model_copy(update={"target": HostName("kvm-09")}),
+            on_progress=lambda _: None,
+            abort=threading.Event(),
+        )
+    assert err.value.hint == "plan again against the current cluster.yaml"
+
+
+def test_a_vm_not_on_the_source_is_refused_before_anything_starts() -> None:
+    world = World(defined=set(), running=set())
+    pool = Pool(
+        {
+            "kvm-01": Connection(world, "kvm-01", Domain(world, "kvm-01")),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    result = LibvirtMigrator(tuned(), pool=pool, clock=Clock()).migrate(
+        MOVE, on_progress=lambda _: None, abort=threading.Event(), uuid=UUID
+    )
+    assert not result.succeeded
+    assert result.error is not None
+    assert result.error.startswith("web-1 not found on kvm-01: no domain with uuid")
+    assert result.running_on == []
+
+
+# --- the call ---------------------------------------------------------------------------------
+
+
+def test_the_migration_uri_template_takes_the_address_or_else_the_name() -> None:
+    with_address = host("kvm-02").model_copy(update={"address": "10.0.0.2"})
+    assert migration_uri(None, with_address) is None
+    assert migration_uri("tcp://{address}:49152/{name}", with_address) == (
+        "tcp://10.0.0.2:49152/kvm-02"
+    )
+    assert migration_uri("tcp://{address}", host("kvm-02")) == "tcp://kvm-02"
+
+
+def test_the_call_has_the_target_uri_listen_address_bandwidth_and_flags_of_the_policy() -> None:
+    target = host("kvm-02").model_copy(
+        update={
+            "address": "10.0.0.2",
+            "migration": Migration(uri="tcp://{address}", bandwidth=300),
+        }
+    )
+    desired = build_desired(
+        [host("kvm-01"), target], migration={"autoConverge": True, "postCopy": True}
+    )
+    call = migration_call(desired, target)
+    assert call.dest_uri == target.uri
+    assert call.params == {
+        libvirt.VIR_MIGRATE_PARAM_URI: "tcp://10.0.0.2",
+        libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: "10.0.0.2",
+        libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: 300,
+    }
+    assert call.flags == (
+        libvirt.VIR_MIGRATE_LIVE
+        | libvirt.VIR_MIGRATE_PEER2PEER
+        | libvirt.VIR_MIGRATE_PERSIST_DEST
+        | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+        | libvirt.VIR_MIGRATE_AUTO_CONVERGE
+        | libvirt.VIR_MIGRATE_POSTCOPY
+    )
+
+
+def test_without_template_address_or_bandwidth_the_call_has_no_parameters() -> None:
+    desired = tuned()
+    call = migration_call(desired, host("kvm-02"))
+    assert call.params == {}
+    assert call.flags == (
+        libvirt.VIR_MIGRATE_LIVE
+        | libvirt.VIR_MIGRATE_PEER2PEER
+        | libvirt.VIR_MIGRATE_PERSIST_DEST
+        | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+    )
+
+
+def test_a_host_without_its_own_template_or_bandwidth_takes_the_cluster_defaults() -> None:
+    desired = tuned()
+    spec = desired.cluster.spec.model_copy(
+        update={"defaults": Defaults(migration=Migration(uri="tcp://{name}", bandwidth=100))}
+    )
+    desired = desired.model_copy(
+        update={"cluster": desired.cluster.model_copy(update={"spec": spec})}
+    )
+    own = host("kvm-02").model_copy(update={"migration": Migration(bandwidth=0)})
+    assert migration_call(desired, host("kvm-02")).params == {
+        libvirt.VIR_MIGRATE_PARAM_URI: "tcp://kvm-02",
+        libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: 100,
+    }
+    # a host's own 0 (unlimited) wins over the default
+    assert migration_call(desired, own).params == {libvirt.VIR_MIGRATE_PARAM_URI: "tcp://kvm-02"}
