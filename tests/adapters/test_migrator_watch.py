@@ -10,13 +10,14 @@ One poll of the watcher is one step of the script and one ``TICK`` of the clock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import libvirt
 import pytest
 
+from reconciler.adapters.libvirt.connection import ConnectionSettings
 from reconciler.adapters.libvirt.migrator import (
     GIB,
     LibvirtMigrator,
@@ -25,7 +26,7 @@ from reconciler.adapters.libvirt.migrator import (
     time_limit,
 )
 from reconciler.adapters.libvirt.pool import ConnectionPool
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, HostUnreachable
 from reconciler.model.base import HostName, VmName
 from reconciler.model.cluster import Defaults, Migration
 from reconciler.model.desired import DesiredState
@@ -59,11 +60,12 @@ def error(code: int, text: str) -> libvirt.libvirtError:
 class Clock:
     """Fake seconds: every reading is one tick later than the last."""
 
-    def __init__(self) -> None:
-        self.now = -TICK
+    def __init__(self, tick: float = TICK) -> None:
+        self.tick = tick
+        self.now = -tick
 
     def __call__(self) -> float:
-        self.now += TICK
+        self.now += self.tick
         return self.now
 
 
@@ -114,7 +116,36 @@ def moved_with_an_error(world: World) -> libvirt.libvirtError | None:
     return error(libvirt.VIR_ERR_OPERATION_FAILED, "late error")
 
 
+def claimed_but_stayed(world: World) -> libvirt.libvirtError | None:
+    """The call returned without error, yet the VM still runs on the source only."""
+    return None
+
+
+def postcopy_failed_target_lost(world: World) -> libvirt.libvirtError | None:
+    """Post-copy failed and the target lost its half: paused on the source alone."""
+    world.running, world.defined = set(), {"kvm-01"}
+    world.paused = {"kvm-01": libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED}
+    return error(libvirt.VIR_ERR_OPERATION_FAILED, "post-copy failed")
+
+
+def moved_transient(world: World) -> libvirt.libvirtError | None:
+    """Runs on the target, but defined nowhere (the definition did not move)."""
+    world.defined, world.running = set(), {"kvm-02"}
+    return None
+
+
+def moved_source_still_paused(world: World) -> libvirt.libvirtError | None:
+    """Runs on the target, yet a paused copy remains on the source."""
+    world.defined, world.running = {"kvm-01", "kvm-02"}, {"kvm-02"}
+    world.paused = {"kvm-01": libvirt.VIR_DOMAIN_PAUSED_POSTCOPY}
+    return None
+
+
 ENDINGS = {
+    "claimed": claimed_but_stayed,
+    "postcopy-target-lost": postcopy_failed_target_lost,
+    "transient": moved_transient,
+    "source-paused": moved_source_still_paused,
     "done": moved,
     "done-late-error": moved_with_an_error,
     "leftover": moved_leaving_definition,
@@ -169,7 +200,10 @@ class Domain:
             self.ended.set()
             return {"type": libvirt.VIR_DOMAIN_JOB_NONE}
         assert isinstance(step, dict)
-        return {"type": libvirt.VIR_DOMAIN_JOB_UNBOUNDED, "memory_total": GIB, **step}
+        stats = {"type": libvirt.VIR_DOMAIN_JOB_UNBOUNDED, "memory_total": GIB, **step}
+        if stats["type"] is None:  # a reading without a type
+            del stats["type"]
+        return stats
 
     def abortJob(self) -> int:  # noqa: N802
         self.aborts.append(self.polls)
@@ -210,17 +244,27 @@ class Domain:
 class Connection:
     def __init__(self, world: World, host: str, dom: Domain) -> None:
         self.world, self.host, self.dom = world, host, dom
+        self.alive = True
+        self.fail: libvirt.libvirtError | None = None
+        """Raised by the next lookup (then forgotten)."""
 
     def lookupByUUIDString(self, uuid: str) -> Domain:  # noqa: N802
-        if self.host not in self.world.defined | self.world.running | set(self.world.paused):
+        if self.fail is not None:
+            err, self.fail = self.fail, None
+            raise err
+        if uuid != UUID or self.host not in (
+            self.world.defined | self.world.running | set(self.world.paused)
+        ):
             raise error(libvirt.VIR_ERR_NO_DOMAIN, f"no domain with uuid {uuid}")
         return self.dom
 
     def lookupByName(self, name: str) -> Domain:  # noqa: N802
+        if name != MOVE.vm:
+            raise error(libvirt.VIR_ERR_NO_DOMAIN, f"no domain named {name}")
         return self.lookupByUUIDString(UUID)
 
     def isAlive(self) -> int:  # noqa: N802
-        return 1
+        return int(self.alive)
 
     def close(self) -> int:
         return 0
@@ -231,10 +275,19 @@ class Pool(ConnectionPool):
 
     def __init__(self, conns: dict[str, Connection]) -> None:
         super().__init__({name: f"test:///{name}" for name in conns})
-        self.conns = conns
+        self.conns: dict[str, Connection | Exception] = dict(conns)
+        self.replaced: list[str] = []
 
     def get(self, host: str) -> Any:
-        return self.conns[host]
+        conn = self.conns[host]
+        if isinstance(conn, Exception):
+            raise conn
+        return conn
+
+    def broken(self, host: str, conn: Any) -> None:
+        """A new connection replaces one that broke."""
+        self.replaced.append(host)
+        conn.alive = True
 
 
 @dataclass
@@ -269,6 +322,9 @@ def migrate(
     abort_ends_job: bool = True,
     settle: float = 3.0,
     stop: threading.Event | None = None,
+    tick: float = TICK,
+    uuid: str | None = UUID,
+    arrange: Callable[[Pool], None] = lambda pool: None,
 ) -> Run:
     world = World()
     source = Domain(world, "kvm-01", script, abort_ends_job=abort_ends_job)
@@ -279,15 +335,20 @@ def migrate(
             "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
         }
     )
+    arrange(pool)
     migrator = LibvirtMigrator(
-        desired or tuned(), pool=pool, poll_interval=0.001, settle_timeout=settle, clock=Clock()
+        desired or tuned(),
+        pool=pool,
+        poll_interval=0.001,
+        settle_timeout=settle,
+        clock=Clock(tick),
     )
     progress: list[MigrationProgress] = []
     result = migrator.migrate(
         MOVE.model_copy(update={"memory": memory}),
         on_progress=progress.append,
         abort=stop or threading.Event(),
-        uuid=UUID,
+        uuid=uuid,
     )
     return Run(result, source, progress)
 
@@ -594,3 +655,164 @@ def test_a_host_without_its_own_template_or_bandwidth_takes_the_cluster_defaults
     }
     # a host's own 0 (unlimited) wins over the default
     assert migration_call(desired, own).params == {libvirt.VIR_MIGRATE_PARAM_URI: "tcp://kvm-02"}
+
+
+# --- more of what the hosts show, and the figures ---------------------------------------------
+
+
+def test_every_reading_is_reported_as_progress_with_its_figures(release: list[Domain]) -> None:
+    readings = [
+        {
+            "memory_remaining": GIB - i,
+            "data_total": 1000 + i,
+            "data_processed": 10 * i,
+            "data_remaining": 990 - i,
+            "memory_bps": 2.5 * i,
+        }
+        for i in (1, 2)
+    ]
+    run = migrate([*readings, "done"], release, tick=1.2345)
+    assert run.progress == [
+        MigrationProgress(
+            vm="web-1",
+            elapsed=round(1.2345 * i, 3),
+            data_total=1000 + i,
+            data_processed=10 * i,
+            data_remaining=990 - i,
+            bytes_per_second=2.5 * i,
+        )
+        for i in (1, 2)
+    ]
+    assert run.progress[0].elapsed == 1.234 or run.progress[0].elapsed == 1.235
+    assert run.result.data_bytes == 7, "the target's completed job"
+    assert run.result.downtime_ms == 12
+    assert 0 < run.result.seconds < 30
+    assert run.result.seconds == round(run.result.seconds, 3)
+    assert run.source.world.calls == [], "nothing to resume or undefine"
+
+
+def test_a_reading_without_a_job_type_is_no_job(release: list[Domain]) -> None:
+    run = migrate([{"type": None}, *falling(2), "done"], release)
+    assert [p.data_processed for p in run.progress] == [0, 1]
+
+
+def test_a_failed_migration_reports_the_bytes_of_its_last_reading_and_no_downtime(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(4), "failed-paused"], release)
+    assert run.result.data_bytes == 3
+    assert run.result.downtime_ms is None
+    assert not run.result.aborted, "it failed; nobody aborted it"
+
+
+def test_a_post_copy_failure_is_never_resumed_on_the_source_even_with_the_target_empty(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "postcopy-target-lost"], release)
+    assert run.source.world.calls == []
+    assert run.result.paused_on == ["kvm-01"]
+
+
+def test_a_call_that_returned_while_the_vm_stayed_is_a_failure_saying_so(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "claimed"], release)
+    assert not run.result.succeeded
+    assert run.result.error == "the migration ended without the VM running on the target only"
+    assert run.result.running_on == ["kvm-01"]
+
+
+def test_running_on_the_target_without_its_definition_there_is_no_success(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "transient"], release)
+    assert not run.result.succeeded
+    assert run.result.running_on == ["kvm-02"]
+
+
+def test_running_on_the_target_with_a_paused_copy_left_on_the_source_is_no_success(
+    release: list[Domain],
+) -> None:
+    run = migrate([*falling(2), "source-paused"], release)
+    assert not run.result.succeeded
+    assert run.result.paused_on == ["kvm-01"]
+    assert run.source.world.calls == [], "a post-copy pause is never resumed"
+
+
+def test_a_source_that_cannot_be_looked_at_afterwards_makes_no_success(
+    release: list[Domain],
+) -> None:
+    def source_fails_after_the_move(pool: Pool) -> None:
+        source = pool.conns["kvm-01"]
+        assert isinstance(source, Connection)
+        original = source.dom.jobStats
+
+        def stats(flags: int = 0) -> dict[str, Any]:
+            out = original(flags)
+            if source.dom.ended.is_set():
+                source.fail = error(libvirt.VIR_ERR_INTERNAL_ERROR, "cannot read the domain")
+            return out
+
+        source.dom.jobStats = stats  # type: ignore[method-assign]
+
+    run = migrate([*falling(2), "done"], release, arrange=source_fails_after_the_move)
+    assert not run.result.succeeded
+    assert run.result.error is not None
+    assert run.result.error.endswith("could not look at source kvm-01: cannot read the domain")
+    assert run.result.running_on == ["kvm-02"]
+
+
+def test_a_look_on_a_connection_that_broke_is_repeated_on_a_new_one(
+    release: list[Domain],
+) -> None:
+    def target_breaks(pool: Pool) -> None:
+        target = pool.conns["kvm-02"]
+        assert isinstance(target, Connection)
+        target.fail = error(libvirt.VIR_ERR_RPC, "connection reset")
+        target.alive = False
+
+    run = migrate([*falling(2), "done"], release, arrange=target_breaks)
+    assert run.result.succeeded, run.result.error
+    assert run.result.running_on == ["kvm-02"]
+
+
+def test_an_unreachable_target_starts_nothing_and_leaves_the_vm_running_on_the_source(
+    release: list[Domain],
+) -> None:
+    def target_down(pool: Pool) -> None:
+        pool.conns["kvm-02"] = HostUnreachable("kvm-02 does not answer")
+
+    run = migrate(falling(5), release, arrange=target_down)
+    assert run.source.polls == 0
+    assert not run.result.succeeded
+    assert run.result.running_on == ["kvm-01"]
+    assert run.result.error == (
+        "not started, target kvm-02 unreachable: kvm-02 does not answer; "
+        "could not look at target kvm-02: not connected"
+    )
+
+
+def test_without_a_uuid_the_vm_is_found_by_its_name(release: list[Domain]) -> None:
+    run = migrate([*falling(2), "done"], release, uuid=None)
+    assert run.result.succeeded, run.result.error
+
+
+def test_without_a_planned_size_the_guest_memory_sets_the_time_limit(
+    release: list[Domain],
+) -> None:
+    # the fake guest has 1 GiB (maxMemory in KiB): 10s, as for a planned 1 GiB
+    run = migrate(falling(60), release, desired=tuned(per_gib="10s", stall="100s"), memory=0)
+    assert run.source.aborts == [11]
+
+
+def test_a_bandwidth_of_one_is_passed_on() -> None:
+    target = host("kvm-02").model_copy(update={"migration": Migration(bandwidth=1)})
+    params = migration_call(tuned(), target).params
+    assert params == {libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: 1}
+
+
+def test_the_migrator_polls_five_times_a_second_and_waits_a_minute_for_an_aborted_job() -> None:
+    migrator = LibvirtMigrator(tuned())
+    assert migrator.poll_interval == 0.2
+    assert migrator.settle_timeout == 60.0
+    assert migrator.connection == ConnectionSettings()
