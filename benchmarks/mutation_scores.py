@@ -1,8 +1,9 @@
-"""The score of the last ``make mutation`` run, per module: mutants, killed, survived, and the
-survivors by name (``mutmut show NAME`` prints one's diff).
+"""The score of the last ``make mutation`` run, per module: mutants, killed, survived, not yet
+run, and the survivors by name (``mutmut show NAME`` prints one's diff).
 
 Reads what mutmut left in ``mutants/`` (one ``.meta`` file per mutated module); run it from
-the repository root. Exits 1 when a module has more than ``--max-survived`` percent survivors.
+the repository root. Exits 1 when more than ``--max-survived`` percent of a module's mutants
+that ran were not killed.
 """
 
 from __future__ import annotations
@@ -45,26 +46,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no mutation results in {args.dir}/: run `make mutation` first", file=sys.stderr)
         return 2
     over = False
-    print(f"{'module':45} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'%':>6}")
+    print(
+        f"{'module':42} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} "
+        f"{'no test':>7} {'unrun':>6} {'% left':>6}"
+    )
     survivors: list[str] = []
     for meta in metas:
         statuses = module_statuses(meta)
         counts = Counter(statuses.values())
-        total = len(statuses)
+        run = len(statuses) - counts["not checked"]
         # a timeout is a mutant the tests stopped (a loop that no longer ends): caught
-        caught = counts["killed"] + counts["timeout"]
-        left = total - caught
-        share = 100.0 * left / total if total else 0.0
+        left = run - counts["killed"] - counts["timeout"]
+        share = 100.0 * left / run if run else 0.0
         over |= share > args.max_survived
         module = str(meta.relative_to(args.dir)).removesuffix(".meta")
         print(
-            f"{module:45} {total:7} {counts['killed']:7} {counts['timeout']:7} {left:8} "
+            f"{module:42} {len(statuses):7} {counts['killed']:7} {counts['timeout']:7} "
+            f"{counts['survived']:8} {counts['no tests']:7} {counts['not checked']:6} "
             f"{share:6.1f}"
         )
         survivors += [
             f"  {name}  ({status})"
             for name, status in sorted(statuses.items())
-            if status not in ("killed", "timeout")
+            if status not in ("killed", "timeout", "not checked")
         ]
     if survivors:
         print("\nnot killed (mutmut show NAME):")
