@@ -137,7 +137,7 @@ def duration_within(
     above: bool = False,
     too_short: str | None = None,
     too_long: str | None = None,
-) -> BeforeValidator:
+) -> BeforeValidator:  # pragma: no mutate block (runs at import; the check is duration_in_bounds)
     """A field's own bounds on a ``Duration``: ``low`` (excluded when ``above``) to ``high``.
 
     Use as ``Annotated[Duration, duration_within(...)]``; it runs before the parsing, so a
