@@ -277,13 +277,19 @@ class MemorySource:
     ``person_sets`` changes an entry between a round's load and its record."""
 
     def __init__(
-        self, desired: DesiredState | None = None, placement: dict[str, str] | None = None
+        self,
+        desired: DesiredState | None = None,
+        placement: dict[str, str] | None = None,
+        clock: FakeClock | None = None,
     ) -> None:
         self.desired = desired
+        self.clock = clock
         self.placement = dict(placement or {})
         self.read: dict[str, str] = dict(self.placement)
         self.writes: list[dict[str, str]] = []
         self.records: list[Record] = []
+        self.changed_at: datetime | None = None
+        """When the placement last changed (set it to model a source that knows)."""
 
     def describe(self) -> str:
         return "memory"
@@ -291,7 +297,11 @@ class MemorySource:
     def load(self) -> Loaded:
         assert self.desired is not None
         self.read = dict(self.placement)
-        return Loaded(desired=self.desired)
+        # the desired state reads the placement as it is now, like a file or a commit
+        spec = self.desired.placement.spec.model_copy(update={"vms": dict(self.placement)})
+        placement = self.desired.placement.model_copy(update={"spec": spec})
+        desired = self.desired.model_copy(update={"placement": placement})
+        return Loaded(desired=desired, placement_changed_at=self.changed_at)
 
     def person_sets(self, vm: str, host: str) -> None:
         self.placement[vm] = host
@@ -303,6 +313,8 @@ class MemorySource:
         if changed:
             self.placement.update(changed)
             self.writes.append(changed)
+            if self.clock is not None:
+                self.changed_at = self.clock.now()
         return Recorded(
             where="memory" if changed else None,
             written=changed,

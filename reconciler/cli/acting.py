@@ -93,7 +93,7 @@ def add_actor_argument(p: argparse.ArgumentParser) -> None:
 def build_source(args: argparse.Namespace, *, actor: str | None = None) -> DesiredSource:
     """The folder, or the state repository's branch with ``--repo``."""
     if getattr(args, "repo", None):
-        # imported here: GitPython needs the git binary at import, commands without --repo do not
+        # imported here: only commands with --repo need the git adapter
         from reconciler.adapters.git.repo import GitStateRepo
         from reconciler.engine.sources import RepoSource
 

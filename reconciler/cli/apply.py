@@ -151,6 +151,7 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
                         holds=not args.dry_run,
                         trigger="manual",
                         revision=loaded.revision,
+                        placement_changed_at=loaded.placement_changed_at,
                         audit_trigger=_trigger(args, loaded.merge),
                         confirm=lambda plan: _confirm(args, plan, signals),
                         stop=signals.stop,

@@ -15,6 +15,7 @@ from reconciler import config
 from reconciler.adapters.files import history as history_file
 from reconciler.adapters.files import snapshot as snapshot_file
 from reconciler.adapters.files.status import FileStatusStore
+from reconciler.adapters.files.text import TextFile
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
 from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
@@ -358,7 +359,7 @@ class StateCheckout:
 
 def checkout_state(args: argparse.Namespace) -> StateCheckout:
     """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
-    # imported here: GitPython needs the git binary at import, commands without --repo do not
+    # imported here: only commands with --repo need the git adapter
     from reconciler.adapters.git.repo import GitStateRepo
 
     repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
@@ -394,6 +395,14 @@ def load_desired(args: argparse.Namespace) -> DesiredState:
         args.state_checkout = checkout
         return config.load_desired(checkout.folder)
     return config.load_desired(cluster_folder(args.path))
+
+
+def placement_changed_at(args: argparse.Namespace) -> datetime | None:
+    """When the placement.yaml that ``load_desired`` read last changed (commit or file time)."""
+    checkout: StateCheckout | None = getattr(args, "state_checkout", None)
+    if checkout is not None:
+        return checkout.repo.changed_at(checkout.commit, f"{checkout.path}/placement.yaml")
+    return TextFile(cluster_folder(args.path) / "placement.yaml").modified_at()
 
 
 def snapshot_for(args: argparse.Namespace, desired: DesiredState) -> Snapshot:

@@ -154,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
                 holds=True,
                 trigger=trigger,
                 revision=loaded.revision,
+                placement_changed_at=loaded.placement_changed_at,
                 audit_trigger=acting.audit_trigger(trigger, merge=changed),
                 confirm=lambda plan: keeper.confirm(),
                 gate=window,

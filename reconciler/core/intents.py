@@ -7,14 +7,22 @@ its hold mid-move). It is resolved from the observation alone: the VM on the tar
 (its cooldown starts), on the source a failure, on both still in flight (left alone).
 
 Records dated after ``limit`` (a clock gone wrong) are dropped rather than trusted.
+
+A move whose outcome reached the domain but whose record never reached the desired state (the
+reconciler was killed before its audit commit, or the commit failed) leaves placement.yaml
+naming the VM's old host. ``unrecorded_moves`` finds them, so the round records them late
+instead of reverting its own move as drift.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import FailedMove, ReconcilerState, Snapshot, VmState
+from reconciler.model.status import MoveOutcome, MoveResult
 
 
 @dataclass(frozen=True)
@@ -102,3 +110,54 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
         return snapshot, []
     vms = [replaced.get((v.name, v.host), v) for v in snapshot.vms]
     return snapshot.model_copy(update={"vms": vms}), out
+
+
+def unrecorded_moves(
+    placement: Mapping[str, str], snapshot: Snapshot, changed_at: datetime | None
+) -> list[MoveResult]:
+    """The reconciler's own moves of placed VMs that placement.yaml does not follow yet.
+
+    A VM qualifies when it runs (once, not in flight) where its domain says the reconciler
+    moved it, placement puts it where it came from, and placement has not changed since the
+    move. A placement changed after the move is a person's word (e.g. "move it back") and wins;
+    with ``changed_at`` unknown nothing qualifies (the move is reverted as drift, as before).
+    """
+    if changed_at is None:
+        return []
+    sightings: dict[str, int] = {}
+    for vm in snapshot.vms:
+        sightings[vm.name] = sightings.get(vm.name, 0) + 1
+    in_flight = {f.name for f in snapshot.in_flight}
+    out: list[MoveResult] = []
+    for vm in snapshot.vms:
+        r = vm.reconciler
+        if sightings[vm.name] != 1 or vm.name in in_flight or r.intent is not None:
+            continue
+        if r.last_moved_at is None or r.last_moved_at <= changed_at:
+            continue
+        if r.last_moved_from is None or vm.host != r.last_moved_to:
+            continue
+        if placement.get(vm.name) != r.last_moved_from:
+            continue
+        out.append(
+            MoveResult(
+                vm=vm.name,
+                source=r.last_moved_from,
+                target=vm.host,
+                outcome=MoveOutcome.SUCCEEDED,
+                reason="RecordedLate",
+                detail=f"moved at {r.last_moved_at.isoformat(timespec='seconds')}; "
+                "its record was not written then",
+                started_at=r.last_moved_at,
+            )
+        )
+    return sorted(out, key=lambda m: m.vm)
+
+
+def following(desired: DesiredState, moves: list[MoveResult]) -> DesiredState:
+    """``desired`` with the placement of ``moves``' VMs set to their targets."""
+    vms = dict(desired.placement.spec.vms) | {r.vm: r.target for r in moves}
+    spec = desired.placement.spec.model_copy(update={"vms": vms})
+    return desired.model_copy(
+        update={"placement": desired.placement.model_copy(update={"spec": spec})}
+    )

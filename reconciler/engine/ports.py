@@ -154,6 +154,10 @@ class TextFile(Protocol):
 
     def describe(self) -> str: ...
 
+    def modified_at(self) -> datetime | None:
+        """When the file was last written, None when it does not exist."""
+        ...
+
 
 class StateRepo(Protocol):
     """The git repository holding the desired state; fetched before every round."""
@@ -179,6 +183,11 @@ class StateRepo(Protocol):
 
     def parents(self, commit: str) -> list[str]:
         """The parents of ``commit`` (two or more: a merge)."""
+        ...
+
+    def changed_at(self, commit: str, path: str) -> datetime | None:
+        """When ``path`` last changed in the history of ``commit`` (merges count from their
+        merge), None when it never existed."""
         ...
 
     def show(self, commit: str, path: str) -> str | None:

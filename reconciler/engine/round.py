@@ -92,6 +92,8 @@ class RoundReport:
     """The audit commit or file the round's record went to."""
     conflicts: list[str] = field(default_factory=list)
     record_error: ReconcilerError | None = None
+    late: list[MoveResult] = field(default_factory=list)
+    """Earlier moves of the reconciler's whose record was missing: recorded by this round."""
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -108,6 +110,7 @@ def run_round(
     revision: str | None = None,
     holds: bool | None = None,
     audit_trigger: Callable[[Plan], str] | None = None,
+    placement_changed_at: datetime | None = None,
     confirm: Callable[[Plan], bool] | None = None,
     gate: Gate | None = None,
     stop: threading.Event | None = None,
@@ -120,6 +123,8 @@ def run_round(
     ``holds``: the caller holds the cluster for this round, so its status counts even when it
     does not act (default: ``act``); a plan the caller does not confirm un-counts it.
     ``gate`` is asked before every migration starts (a window that closed).
+    ``placement_changed_at``: when placement.yaml last changed; the reconciler's own moves
+    made after it that placement does not follow are recorded late, not reverted.
     """
     stop = stop or threading.Event()
     abort = abort or threading.Event()
@@ -128,7 +133,20 @@ def run_round(
     report = RoundReport(status=previous or ReconcileStatus(cluster=_name(desired)))
     report.counted = act if holds is None else holds
     try:
-        _round(desired, ports, report, previous, act, confirm, gate, stop, abort, on_event, on_plan)
+        _round(
+            desired,
+            ports,
+            report,
+            previous,
+            act,
+            placement_changed_at,
+            confirm,
+            gate,
+            stop,
+            abort,
+            on_event,
+            on_plan,
+        )
     except ReconcilerError as err:
         report.error = err
         raise
@@ -141,7 +159,8 @@ def run_round(
         report.status = _status(
             desired, previous, report, started, ports.clock.now(), trigger, revision
         )
-        if report.acted and ports.source is not None and report.plan is not None:
+        owed = report.acted or (report.counted and bool(report.late))
+        if owed and ports.source is not None and report.plan is not None:
             chosen = audit_trigger(report.plan) if audit_trigger is not None else trigger
             _leave_record(desired, ports.source, report, revision, chosen)
         if ports.recovery is not None and report.snapshot is not None and report.counted:
@@ -194,14 +213,15 @@ def _leave_record(
 ) -> None:
     """The round's record in its source, while the caller still holds the cluster."""
     assert report.plan is not None
-    writes, adopted = placement_updates(desired, report.plan, report.results)
+    results = report.late + report.results
+    writes, adopted = placement_updates(desired, report.plan, results)
     try:
         recorded = source.record(
             Record(
                 cluster=_name(desired),
                 plan_id=report.plan.plan_id,
                 revision=revision,
-                results=report.results,
+                results=results,
                 placement=writes,
                 adopted=adopted,
                 status=report.status,
@@ -256,6 +276,7 @@ def _round(
     report: RoundReport,
     previous: ReconcileStatus | None,
     act: bool,
+    placement_changed_at: datetime | None,
     confirm: Callable[[Plan], bool] | None,
     gate: Gate | None,
     stop: threading.Event,
@@ -280,6 +301,20 @@ def _round(
         log.warning("ignoring a record dated in the future: %s", line)
     snapshot, resolutions = intents.resolved(sane, now)
     report.snapshot = snapshot
+    late = intents.unrecorded_moves(desired.placement.spec.vms, snapshot, placement_changed_at)
+    if late:
+        # the desired state follows these moves in memory; the record makes it so in the source
+        report.late = late
+        desired = intents.following(desired, late)
+        for r in late:
+            log.warning(
+                "%s was moved %s -> %s by the reconciler (%s) but placement.yaml was not "
+                "updated: recording it, not moving it back",
+                r.vm,
+                r.source,
+                r.target,
+                r.detail,
+            )
     history = previous.history() if previous is not None else History()
     complete = not down
     if history.observed_since is None and complete:
@@ -403,7 +438,7 @@ def placement_updates(
             out[r.vm] = r.target
     planned = {m.vm for m in plan.moves + plan.deferred}
     for vm, host in plan.placement.items():
-        if vm in listed and listed[vm] != host and vm not in planned:
+        if vm in listed and listed[vm] != host and vm not in planned and vm not in moved:
             out[vm] = adopted[vm] = host
     return out, adopted
 

@@ -44,7 +44,7 @@ class FolderSource:
     def load(self) -> Loaded:
         desired = self.read(self.folder)
         self._read = self._entries()
-        return Loaded(desired=desired)
+        return Loaded(desired=desired, placement_changed_at=self.placement.modified_at())
 
     def record(self, record: Record) -> Recorded:
         if not record.placement or self.placement.read() is None:
@@ -117,7 +117,8 @@ class RepoSource:
         desired = self.read(path)
         self.commit, self.root = commit, root
         merge = len(self.repo.parents(commit)) > 1
-        return Loaded(desired=desired, revision=commit, merge=merge)
+        changed = self.repo.changed_at(commit, f"{self.folder}/placement.yaml")
+        return Loaded(desired=desired, revision=commit, merge=merge, placement_changed_at=changed)
 
     @property
     def path(self) -> Path | None:

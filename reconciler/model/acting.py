@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from reconciler.model.base import Frozen
 from reconciler.model.desired import DesiredState
@@ -16,6 +16,11 @@ class Loaded(Frozen):
     revision: str | None = None
     merge: bool = Field(
         default=False, description="The revision is a merge commit (an approved proposal)."
+    )
+    placement_changed_at: AwareDatetime | None = Field(
+        default=None,
+        description="When placement.yaml was last changed (commit or file time); None: unknown. "
+        "A move the reconciler made after it, whose record is missing, is recorded, not reverted.",
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from reconciler.adapters.git.repo import GitStateRepo, clone_dir
 from reconciler.errors import PushRejected, RemoteUnreachable
 from reconciler.redact import scrub
-from tests.gitrepos import child_processes, git, open_fds, state_remote
+from tests.gitrepos import PERSON, child_processes, git, open_fds, state_remote
 
 
 @pytest.fixture
@@ -120,3 +122,38 @@ def test_descriptors_and_children_stay_flat_over_many_rounds(
     gc.collect()
     assert open_fds() <= fds
     assert child_processes() <= children
+
+
+def test_changed_at_is_when_a_path_last_changed_merges_counting_from_their_merge(
+    remote: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, person = remote
+    placement = "cluster-state/placement.yaml"
+
+    def commit(at: str, *args: str) -> None:
+        subprocess.run(
+            ["git", *PERSON, *args],
+            cwd=person,
+            check=True,
+            capture_output=True,
+            env={**os.environ, "GIT_COMMITTER_DATE": at, "GIT_AUTHOR_DATE": at},
+        )
+
+    # a branch edits placement early; main moves on; the branch is merged later
+    git(person, "checkout", "-q", "-b", "edit")
+    (person / placement).write_text((person / placement).read_text() + "# edited\n")
+    commit("2026-01-01T10:00:00+00:00", "commit", "-qam", "edit placement")
+    git(person, "checkout", "-q", "main")
+    (person / "cluster-state" / "NOTE").write_text("x")
+    git(person, "add", ".")
+    commit("2026-01-02T10:00:00+00:00", "commit", "-qm", "note")
+    commit("2026-01-03T10:00:00+00:00", "merge", "-q", "--no-ff", "edit", "-m", "merge edit")
+    (person / "cluster-state" / "NOTE").write_text("y")
+    commit("2026-01-04T10:00:00+00:00", "commit", "-qam", "another note")
+    git(person, "push", "-q", "origin", "main")
+    repo = GitStateRepo(url, cache_dir=tmp_path / "cache")
+    repo.fetch()
+    head = repo.head("main") or ""
+    assert repo.changed_at(head, placement) == datetime(2026, 1, 3, 10, tzinfo=UTC)
+    assert repo.changed_at(head, "cluster-state/NOTE") == datetime(2026, 1, 4, 10, tzinfo=UTC)
+    assert repo.changed_at(head, "cluster-state/absent.yaml") is None

@@ -81,6 +81,9 @@ class FakeRepo:
     def remote_head(self, branch: str) -> str:
         return self.branches.get(branch, "")
 
+    def changed_at(self, commit: str, path: str) -> datetime | None:
+        return None  # commit times are not kept here
+
     def parents(self, commit: str) -> list[str]:
         parent = self.commits_[commit][0]
         return [] if parent is None else [parent]

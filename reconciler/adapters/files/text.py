@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.errors import ConfigError
@@ -58,3 +59,10 @@ class TextFile:
     def replace(self, edit: Callable[[str], str]) -> bool:
         """Apply ``edit`` to the text and replace the file atomically; True if it changed."""
         return rewrite_file(self.path, edit)
+
+    def modified_at(self) -> datetime | None:
+        """When the file was last written (every edit replaces it), None when it does not exist."""
+        try:
+            return datetime.fromtimestamp(self.path.stat().st_mtime, tz=UTC)
+        except FileNotFoundError:
+            return None

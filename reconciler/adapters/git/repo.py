@@ -207,6 +207,12 @@ class GitStateRepo:
         """The parents of ``commit`` (two or more for a merge)."""
         return self._git("rev-list", "--parents", "-n", "1", commit).split()[1:]
 
+    def changed_at(self, commit: str, path: str) -> datetime | None:
+        """When ``path`` last changed on the first-parent history of ``commit`` (committer
+        date: a merged pull request counts from its merge), None when it never existed."""
+        out = self._git("log", "-1", "--first-parent", "--format=%cI", commit, "--", path).strip()
+        return datetime.fromisoformat(out) if out else None
+
     def checkout(self, commit: str) -> Path:
         """The files of ``commit`` in a folder of their own: read it, never write it.
 
