@@ -230,3 +230,31 @@ def test_acquire_returns_once_the_lease_is_taken_and_keeps_it_renewed(
     assert k.keeper.acquire(timeout=5.0, sleep=lambda s: None)
     assert k.keeper._thread.is_alive()
     k.keeper.stop()
+
+
+def test_by_default_it_renews_every_two_seconds_with_a_ten_second_deadline() -> None:
+    keeper = LeaseKeeper(Lease(True), Wakeup(), threading.Event())
+    assert (keeper.retry_period, keeper.renew_deadline) == (2.0, 10.0)
+    # a daemon thread: a keeper never keeps a stopping process alive; named for thread dumps
+    assert keeper._thread.daemon
+    assert keeper._thread.name == "lease-keeper"
+
+
+def test_acquire_without_a_timeout_tries_once() -> None:
+    k = Keeper(Lease(False))
+    slept: list[float] = []
+    assert not k.keeper.acquire(sleep=slept.append)
+    assert slept == []
+    assert k.lease.acquired == 1
+
+
+def test_a_keeper_thread_that_dies_while_holding_reports_the_loss(
+    stopped: list[LeaseKeeper],
+) -> None:
+    k = Keeper(Lease(True, KeyError("bug")))
+    stopped.append(k.keeper)
+    k.keeper.start()
+    assert k.stop.wait(5), "the round is told to stop"
+    k.keeper._thread.join(5)
+    assert k.changes == [True, False]
+    assert not k.keeper.valid()
