@@ -62,7 +62,7 @@ class Clock:
 
     def __init__(self, tick: float = TICK) -> None:
         self.tick = tick
-        self.now = -tick
+        self.now = 100.0 - tick  # not 0: elapsed time is a difference of two readings
 
     def __call__(self) -> float:
         self.now += self.tick
@@ -175,6 +175,7 @@ class Domain:
         """The poll at which each ``migrateStartPostCopy`` came."""
         self.ended = threading.Event()
         self.outcome: libvirt.libvirtError | None = None
+        self.called: list[tuple[str, dict[str, Any], int]] = []
 
     def UUIDString(self) -> str:  # noqa: N802 (libvirt's names)
         return UUID
@@ -183,6 +184,7 @@ class Domain:
         return GIB // 1024
 
     def migrateToURI3(self, uri: str, params: dict[str, Any], flags: int) -> int:  # noqa: N802
+        self.called.append((uri, params, flags))
         self.ended.wait()
         if self.outcome is not None:
             raise self.outcome
@@ -587,6 +589,8 @@ def test_a_vm_not_on_the_source_is_refused_before_anything_starts() -> None:
     assert result.error is not None
     assert result.error.startswith("web-1 not found on kvm-01: no domain with uuid")
     assert result.running_on == []
+    assert 0 <= result.seconds < 2
+    assert result.seconds == round(result.seconds, 3)
 
 
 # --- the call ---------------------------------------------------------------------------------
@@ -689,6 +693,8 @@ def test_every_reading_is_reported_as_progress_with_its_figures(release: list[Do
     assert 0 < run.result.seconds < 30
     assert run.result.seconds == round(run.result.seconds, 3)
     assert run.source.world.calls == [], "nothing to resume or undefine"
+    call = migration_call(tuned(), host("kvm-02"))
+    assert run.source.called == [(call.dest_uri, call.params, call.flags)]
 
 
 def test_a_reading_without_a_job_type_is_no_job(release: list[Domain]) -> None:

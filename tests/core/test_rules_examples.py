@@ -1,8 +1,9 @@
-"""Required host rules on fixed examples: which hosts a rule forbids, and that a preferred rule
-forbids none."""
+"""Rules and room on fixed examples: which hosts a required host rule forbids (a preferred one
+forbids none), and what a memory refusal says."""
 
 from __future__ import annotations
 
+from reconciler.core.feasibility import check_move
 from reconciler.core.state import build
 from tests.core.builders import desired, host, host_state, rule, snapshot, vm
 
@@ -32,3 +33,21 @@ def test_allowed_names_the_first_required_host_rule_that_forbids_the_host() -> N
     assert model.rules.allowed(web, old) == "keep-off-old"
     assert model.rules.allowed(web, new) is None
     assert model.rules.allowed(db, old) is None, "a preferred rule forbids nothing"
+
+
+def test_a_memory_refusal_says_how_much_is_free_even_when_none_or_less_than_none() -> None:
+    d = desired([host("a"), host("b")], hostLimit=100, cpuOvercommit=16)
+    texts = []
+    for used in (8, 12):  # b has 8 GiB: full, then overcommitted by another 4 GiB
+        snap = snapshot(
+            [host_state("a"), host_state("b", memory_gib=8)],
+            [vm("x", "a", memory_gib=4), vm("y", "b", memory_gib=used)],
+        )
+        model, state = build(d, snap)
+        refusal = check_move(state, model.vm_index["x"], model.host_index["b"])
+        assert refusal is not None
+        texts.append(refusal.text)
+    assert texts == [
+        "b has 0B free, the VM needs 4GiB",
+        "b has -4GiB free, the VM needs 4GiB",
+    ]
