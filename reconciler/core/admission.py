@@ -30,9 +30,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 
+from reconciler.core.admission_view import AdmissionView
 from reconciler.core.feasibility import check_move
 from reconciler.core.rules import domain_of
-from reconciler.core.state import Model, State, build
+from reconciler.core.state import Journal, Model, build
 from reconciler.model.base import Frozen
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move, Reason
@@ -82,21 +83,59 @@ def admit(
     room and rule counts they will change are taken as changed only for judging staleness.
     """
     del now  # the verdicts depend on what is observed, not on the clock; kept for the contract
-    sightings: dict[str, list[VmState]] = {}
-    for vm in snapshot.vms:
-        sightings.setdefault(vm.name, []).append(vm)
-    in_flight = {f.name for f in snapshot.in_flight} | {
-        n for n, s in sightings.items() if len(s) > 1
-    }
-    foreign = _foreign_moves(sightings, in_flight, in_progress)
-    model, state = build(desired, _counted_once(snapshot, sightings, in_progress, foreign))
+    return judge(AdmissionView(desired, snapshot), moves, in_progress)
 
+
+def judge(
+    view: AdmissionView,
+    moves: Sequence[Move],
+    in_progress: Sequence[Move],
+    *,
+    until_full: bool = False,
+) -> list[Admission]:
+    """:func:`admit` on ``view``, which keeps its model from one call to the next.
+
+    ``until_full``: stop once ``parallel.cluster`` migrations run or are admitted; the moves
+    after that get no verdict (none of them could start, and each verdict depends only on
+    the moves before it), so a pass costs what it starts, not the length of the queue.
+    """
+    desired = view.desired
+    if view.settled:
+        # nothing in flight: no foreign migration, no VM counted twice
+        model, base_future, base_current = view.model()
+        foreign: list[Move] = []
+    else:
+        snapshot = view.snapshot()
+        sightings: dict[str, list[VmState]] = {}
+        for vm in snapshot.vms:
+            sightings.setdefault(vm.name, []).append(vm)
+        foreign = _foreign_moves(sightings, view.in_flight, in_progress)
+        model, base_future = build(
+            desired, _counted_once(snapshot, sightings, in_progress, foreign)
+        )
+        base_current = base_future.copy()
+    future, current = Journal(base_future), Journal(base_current)
+    try:
+        return _verdicts(view, model, future, current, moves, [*in_progress, *foreign], until_full)
+    finally:
+        future.undo()
+        current.undo()
+
+
+def _verdicts(
+    view: AdmissionView,
+    model: Model,
+    future: Journal,
+    current: Journal,
+    moves: Sequence[Move],
+    started: list[Move],
+    until_full: bool,
+) -> list[Admission]:
     # ``future``: every running move and every earlier move still planned has happened; a
     # move refused there is stale. ``current``: only what runs or was just admitted; a move
     # refused there waits for a migration in progress or for an earlier planned move.
-    future, current = state.copy(), state.copy()
-    limits = _Limits(desired, model)
-    started = [*in_progress, *foreign]
+    in_flight = view.in_flight
+    limits = _Limits(view.desired, model)
     for m in started:
         _apply(future, model, m)
         _apply(current, model, m)
@@ -104,12 +143,14 @@ def admit(
 
     out: list[Admission] = []
     for i, m in enumerate(moves):
-        stale = _stale(m, model, sightings, in_flight)
+        if until_full and limits.cluster >= max(1, limits.parallel):
+            break
+        stale = _stale(m, model, view.sightings(m.vm), in_flight)
         if stale is not None:
             out.append(Admission(move=m, verdict=Verdict.SKIP, code=stale[0], message=stale[1]))
             continue
         v, t = model.vm_index[m.vm], model.host_index[m.target]
-        group = _group_of(m, moves[i + 1 :])
+        group = _group_of(m, moves, i + 1)
         refusal = _refusal(future, model, v, t, group)
         if refusal is not None:
             code, text = refusal
@@ -120,7 +161,7 @@ def admit(
         if full is not None:
             out.append(Admission(move=m, verdict=Verdict.WAIT, code=AdmitCode.LIMIT, message=full))
             continue
-        waiting = _refusal(_still_running(current, model, v, t, started), model, v, t, group)
+        waiting = _refusal_while_running(current, model, v, t, started, group)
         if waiting is not None:
             out.append(
                 Admission(
@@ -186,17 +227,25 @@ def _counted_once(
     return snapshot.model_copy(update={"vms": vms})
 
 
-def _apply(state: State, model: Model, m: Move) -> None:
+def _apply(journal: Journal, model: Model, m: Move) -> None:
     v, t = model.vm_index.get(m.vm), model.host_index.get(m.target)
     if v is not None and t is not None:
-        state.move(v, t)
+        journal.move(v, t)
 
 
-def _still_running(done: State, model: Model, v: int, t: int, in_progress: Sequence[Move]) -> State:
-    """``done`` with the running moves ``v`` to ``t`` depends on put back on their source.
+def _refusal_while_running(
+    current: Journal,
+    model: Model,
+    v: int,
+    t: int,
+    in_progress: Sequence[Move],
+    group: Sequence[Move],
+) -> tuple[AdmitCode, str] | None:
+    """The refusal of ``v`` to ``t`` with the running moves it depends on put back on their
+    source: until such a move ends, the room it frees is not free and the rule not settled.
 
     It depends on a running move that frees room on ``t`` or that moves a member of one of its
-    required group rules: until that move ends, the room is not free and the rule not settled.
+    required group rules.
     """
     rules = model.rules
     groups = {g for g in rules.vm_groups[v] if rules.groups[g].required}
@@ -208,17 +257,19 @@ def _still_running(done: State, model: Model, v: int, t: int, in_progress: Seque
         if s == t or groups.intersection(rules.vm_groups[u]):
             back.append((u, s))
     if not back:
-        return done
-    state = done.copy()
-    for u, s in back:
-        state.move(u, s)
-    return state
+        return _refusal(current, model, v, t, group)
+    mark = current.mark()
+    try:
+        for u, s in back:
+            current.move(u, s)
+        return _refusal(current, model, v, t, group)
+    finally:
+        current.undo(mark)
 
 
 def _stale(
-    m: Move, model: Model, sightings: dict[str, list[VmState]], in_flight: set[str]
+    m: Move, model: Model, seen: Sequence[VmState], in_flight: set[str]
 ) -> tuple[AdmitCode, str] | None:
-    seen = sightings.get(m.vm, [])
     if not seen:
         source = model.host_index.get(m.source)
         if source is not None and not model.hosts[source].known:
@@ -247,41 +298,45 @@ def _stale(
     return None
 
 
-def _group_of(m: Move, later: Sequence[Move]) -> list[Move]:
+def _group_of(m: Move, moves: Sequence[Move], after: int) -> list[Move]:
     """Later moves of the same required affinity group in the same wave: they move together."""
     if m.reason is not Reason.AFFINITY or m.rule is None:
         return []
-    return [o for o in later if o.rule == m.rule and o.wave == m.wave and o.reason is m.reason]
+    return [
+        o for o in moves[after:] if o.rule == m.rule and o.wave == m.wave and o.reason is m.reason
+    ]
 
 
 def _refusal(
-    state: State, model: Model, v: int, t: int, group: Sequence[Move]
+    journal: Journal, model: Model, v: int, t: int, group: Sequence[Move]
 ) -> tuple[AdmitCode, str] | None:
     # Plans keep units whole; the group rules of a unit's members are judged just below.
-    refusal = check_move(state, v, t, alone=False)
+    refusal = check_move(journal.state, v, t, alone=False)
     if refusal is None:
         return None
-    if refusal.category.startswith("rule ") and group and _group_fits(state, model, v, t, group):
+    if refusal.category.startswith("rule ") and group and _group_fits(journal, model, v, t, group):
         return None
     code = AdmitCode.RULE_BROKEN if refusal.category.startswith("rule ") else AdmitCode.NO_ROOM
     return code, refusal.text
 
 
-def _group_fits(state: State, model: Model, v: int, t: int, group: Sequence[Move]) -> bool:
+def _group_fits(journal: Journal, model: Model, v: int, t: int, group: Sequence[Move]) -> bool:
     """Moving ``v`` and the rest of its group together keeps every required group measure."""
-    trial = state.copy()
     rules = model.rules
     touched = {g for g in rules.vm_groups[v] if rules.groups[g].required}
-    before = {g: trial.counts[g].measure() for g in touched}
-    trial.move(v, t)
-    for m in group:
-        _apply(trial, model, m)
-    for g in touched:
-        if domain_of(rules.groups[g], t) is None:
-            continue
-        if trial.counts[g].measure() > before[g]:
-            return False
-    return True
+    counts = journal.state.counts
+    before = {g: counts[g].measure() for g in touched}
+    mark = journal.mark()
+    try:
+        journal.move(v, t)
+        for m in group:
+            _apply(journal, model, m)
+        return all(
+            domain_of(rules.groups[g], t) is None or counts[g].measure() <= before[g]
+            for g in touched
+        )
+    finally:
+        journal.undo(mark)
 
 
 class _Limits:

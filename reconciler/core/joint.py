@@ -70,6 +70,11 @@ def improve(
         needed = _mandatory_needed(before, hosts_of, drift_targets)
         must_be = {v: t for v, t in drift_targets.items() if v in needed}
         balancing = {g.arch for g in mine_goals if g.balancing}
+        if not balancing and _determined(mine, needed, must_be):
+            # nothing to choose (every VM that may move has the one host it must end on, and
+            # the heuristic ends each there): the exact plan is this one, without the solver
+            proven.append(True)
+            continue
 
         def movable(v: int, needed: set[int] = needed, balancing: set[str] = balancing) -> bool:
             return v in needed or (
@@ -155,6 +160,14 @@ def _mandatory_needed(
         and fixed_reason(state, v.index) is None
         and _why(state, v.index, drift_targets)[0] is not Reason.BALANCE
     }
+
+
+def _determined(mine: Sequence[Step], needed: set[int], must_be: Mapping[int, int]) -> bool:
+    """The steps move exactly the ``needed`` VMs, once each, every one to its ``must_be``."""
+    ends = {s.vm: s.target for s in mine}
+    return len(ends) == len(mine) == len(needed) and all(
+        v in needed and must_be.get(v) == t for v, t in ends.items()
+    )
 
 
 def _steps(

@@ -9,7 +9,7 @@ A :class:`State` is only ever changed by the planner function that owns it; call
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -45,14 +45,15 @@ class NewVm(Frozen):
 class Model:
     """Everything about one planning problem that moves do not change."""
 
-    hosts: tuple[HostInfo, ...]
-    vms: tuple[VmInfo, ...]
+    hosts: Sequence[HostInfo]
+    """Tuples from :func:`build`; the admission view keeps lists it updates in place."""
+    vms: Sequence[VmInfo]
     rules: CompiledRules
     weights: Weights
     host_index: Mapping[str, int]
     vm_index: Mapping[str, int]
     """Name -> index of each VM (its first sighting when in flight)."""
-    observed: tuple[int, ...]
+    observed: Sequence[int]
     """Host index of each VM as observed, -1 for a VM that does not exist yet."""
     arches: Mapping[str, tuple[int, ...]]
     """Architecture -> known hosts that are not in maintenance."""
@@ -140,7 +141,53 @@ class State:
         return score(c, m, self.model.weights)
 
 
-def _host_info(desired: DesiredState, host: Host, index: int, obs: HostState | None) -> HostInfo:
+Totals = tuple[int, int, float, float]
+
+
+class Journal:
+    """Moves on a :class:`State` that are taken back exactly, totals included.
+
+    A probe on the state itself instead of on a copy of it: the cost is that of the moves,
+    not of the cluster. Undoing puts back the very totals (no float drift) and placements.
+    """
+
+    __slots__ = ("_steps", "state")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._steps: list[tuple[int, int, int, Totals | None, Totals | None]] = []
+
+    def move(self, v: int, target: int) -> None:
+        source = self.state.host_of[v]
+        if source == target:
+            return
+        self._steps.append((v, source, target, self._totals(source), self._totals(target)))
+        self.state.move(v, target)
+
+    def mark(self) -> int:
+        """Where :meth:`undo` stops to take back only the moves made after now."""
+        return len(self._steps)
+
+    def undo(self, mark: int = 0) -> None:
+        state = self.state
+        while len(self._steps) > mark:
+            v, source, target, before_source, before_target = self._steps.pop()
+            state.move(v, source)
+            self._restore(source, before_source)
+            self._restore(target, before_target)
+
+    def _totals(self, h: int) -> Totals | None:
+        s = self.state
+        return (s.memory[h], s.vcpus[h], s.cpu_load[h], s.mem_load[h]) if h >= 0 else None
+
+    def _restore(self, h: int, totals: Totals | None) -> None:
+        if totals is not None:
+            s = self.state
+            s.memory[h], s.vcpus[h], s.cpu_load[h], s.mem_load[h] = totals
+
+
+def host_info(desired: DesiredState, host: Host, index: int, obs: HostState | None) -> HostInfo:
+    """Host ``index`` of a model: ``host``'s limits under ``desired``, as ``obs`` saw it."""
     spec = desired.policy.spec
     reserve_mem, reserve_cpus = effective_reserve(desired.cluster, host)
     out, inn = effective_migration_limits(desired.cluster, host)
@@ -181,7 +228,7 @@ def build(
     observed: dict[str, HostState] = {h.name: h for h in snapshot.hosts}
     hosts: list[HostInfo] = []
     for host in sorted(desired.cluster.spec.hosts, key=lambda h: h.name):
-        hosts.append(_host_info(desired, host, len(hosts), observed.get(host.name)))
+        hosts.append(host_info(desired, host, len(hosts), observed.get(host.name)))
     host_index = {h.name: h.index for h in hosts}
     in_flight = {f.name for f in snapshot.in_flight}
     sightings = Counter(v.name for v in snapshot.vms)

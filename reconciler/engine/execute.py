@@ -19,6 +19,7 @@ Stopping (``stop`` set, e.g. on SIGTERM) starts nothing more and lets running mi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -26,7 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconciler.core.admission import Admission, Verdict, admit
+from reconciler.core.admission import Admission, Verdict, judge
+from reconciler.core.admission_view import AdmissionView
 from reconciler.engine.ports import (
     Clock,
     DomainRecorder,
@@ -39,7 +41,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
-from reconciler.model.snapshot import FailedMove, InFlight, MoveIntent, Snapshot, VmState
+from reconciler.model.snapshot import FailedMove, MoveIntent, Snapshot, VmState
 from reconciler.model.status import MoveOutcome, MoveResult
 
 log = logging.getLogger(__name__)
@@ -73,26 +75,6 @@ class Ports:
     clock: Clock
 
 
-def merged(base: Snapshot, fresh: Snapshot) -> Snapshot:
-    """``base`` with the hosts of ``fresh`` (and their VMs) replaced by what ``fresh`` saw."""
-    seen = {h.name for h in fresh.hosts}
-    hosts = [h for h in base.hosts if h.name not in seen] + list(fresh.hosts)
-    vms = [v for v in base.vms if v.host not in seen] + list(fresh.vms)
-    counts: dict[str, set[str]] = {}
-    for v in vms:
-        counts.setdefault(v.name, set()).add(v.host)
-    uuids: dict[str, str] = {v.name: v.uuid for v in vms}
-    # a VM seen on two hosts of the merged view is in flight, whoever started the migration
-    in_flight = [
-        InFlight(name=name, uuid=uuids[name], hosts=sorted(where))
-        for name, where in sorted(counts.items())
-        if len(where) > 1
-    ]
-    return base.model_copy(
-        update={"hosts": hosts, "vms": vms, "taken_at": fresh.taken_at, "in_flight": in_flight}
-    )
-
-
 class Execution:
     """One execution of a list of moves; ``run()`` returns a result per move."""
 
@@ -110,7 +92,7 @@ class Execution:
         on_event: Callable[[Event], None] = lambda e: None,
     ) -> None:
         self.desired = desired
-        self.snapshot = snapshot
+        self.view = AdmissionView(desired, snapshot)
         self.pending = _first_per_vm(moves)
         self.ports = ports
         self.plan_id = plan_id
@@ -122,6 +104,10 @@ class Execution:
         self.started_at: dict[str, datetime] = {}
         self._waiting: dict[str, str] = {}
         self._first_pass = True
+        self.verdicts = 0
+        """Verdicts given: the work of admission, which the queue's length must not drive."""
+        self._unrecorded: list[tuple[Move, MigrationResult, datetime]] = []
+        """Ended migrations whose outcome is not on the domain yet (written after the starts)."""
 
     def run(self) -> list[MoveResult]:
         order = [m.vm for m in self.pending]
@@ -129,7 +115,11 @@ class Execution:
         running: dict[Future[MigrationResult], Move] = {}
         changed = True  # limits and room change only when a migration ends
         rechecked = False
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool:
+        with (
+            ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="migrate") as pool,
+            contextlib.ExitStack() as outcomes,
+        ):
+            outcomes.callback(self._record_outcomes)  # whatever ends the loop
             while self.pending or running:
                 closed = self.gate() if self.gate is not None and self.pending else None
                 if self.stop.is_set():
@@ -146,6 +136,7 @@ class Execution:
                             self.pending.insert(0, m)  # judged again (and skipped) above
                             continue
                         self._start(pool, running, m)
+                self._record_outcomes()  # after the starts: the next move does not wait for them
                 if not running:
                     if self.pending and not rechecked:
                         # before giving up, one fresh look at every pending move's hosts: what
@@ -173,7 +164,7 @@ class Execution:
         except ReconcilerError as err:
             log.warning("fresh look at %s failed: %s", ", ".join(sorted(hosts)), err)
             return
-        self.snapshot = merged(self.snapshot, fresh)
+        self.view.replace_hosts(fresh)
 
     def _admitted(self, running: list[Move]) -> list[Move]:
         """Pending moves that may start now; stale ones are skipped on the way.
@@ -182,31 +173,39 @@ class Execution:
         each move that would start are then looked at afresh and every pending move judged
         again, until every move to start has had its hosts looked at in this pass. Only the
         first pass, right after the round's own observation, starts without a second look.
+
+        A host one of this run's migrations is running on is not looked at: libvirt holds a
+        migrating domain until its source QEMU has stopped, so the look would wait for that
+        migration to end. Such a host is judged on the working view, which counts the
+        migration running (its room on the target, its limits) and learns its outcome.
         """
         if not self.pending:
             return []
         verdicts = self._judge(running)
         if self._first_pass_fresh():
             return self._settle(verdicts)
-        looked: set[HostName] = set()
+        looked: set[HostName] = {h for m in running for h in _ends(m)}
         while True:
             hosts = {h for a in verdicts if a.verdict is Verdict.ADMIT for h in _ends(a.move)}
             if hosts <= looked:
                 return self._settle(verdicts)
+            self._fresh(hosts - looked)
             looked |= hosts
-            self._fresh(hosts)
             verdicts = self._judge(running)
 
     def _first_pass_fresh(self) -> bool:
         """The first pass, on an observation taken within ``FRESH_FOR``: no second look."""
         first, self._first_pass = self._first_pass, False
-        return first and self.ports.clock.now() - self.snapshot.taken_at <= FRESH_FOR
+        return first and self.ports.clock.now() - self.view.taken_at <= FRESH_FOR
 
     def _judge(self, running: list[Move]) -> list[Admission]:
-        return admit(self.desired, self.snapshot, self.pending, running, self.ports.clock.now())
+        verdicts = judge(self.view, self.pending, running, until_full=True)
+        self.verdicts += len(verdicts)
+        return verdicts
 
     def _settle(self, verdicts: list[Admission]) -> list[Move]:
-        """Skip the stale moves, keep the waiting ones pending; the admitted ones to start."""
+        """Skip the stale moves, keep the waiting ones pending (and those not judged, after
+        the cluster's limit was reached); the admitted ones to start."""
         start: list[Move] = []
         keep: list[Move] = []
         for a in verdicts:
@@ -216,7 +215,7 @@ class Execution:
                 start.append(a.move)
             else:
                 keep.append(a.move)
-        self.pending = keep
+        self.pending = keep + self.pending[len(verdicts) :]
         self._waiting = {a.move.vm: a.message for a in verdicts if a.verdict is Verdict.WAIT}
         return start
 
@@ -272,7 +271,7 @@ class Execution:
         running[future] = m
 
     def _seen(self, m: Move) -> VmState | None:
-        return next((v for v in self.snapshot.vms if v.name == m.vm and v.host == m.source), None)
+        return self.view.sighting(m.vm, m.source)
 
     def _finish(self, m: Move, future: Future[MigrationResult]) -> None:
         try:
@@ -317,13 +316,17 @@ class Execution:
             detail,
             extra={"vm": m.vm, "plan_id": self.plan_id},
         )
-        self._record(m, r, now)
+        self._unrecorded.append((m, r, now))
         self._note_where(m, r)
         self.on_event(Event("done", m, result=result))
 
+    def _record_outcomes(self) -> None:
+        while self._unrecorded:
+            self._record(*self._unrecorded.pop(0))
+
     def _record(self, m: Move, r: MigrationResult, now: datetime) -> None:
         """The move, or its failure, on the domain where the VM runs now."""
-        seen = self._seen(m) or next((v for v in self.snapshot.vms if v.name == m.vm), None)
+        seen = self._seen(m) or self.view.sighting(m.vm)
         if seen is None:
             return
         old = seen.reconciler.model_copy(update={"intent": None})
@@ -354,18 +357,9 @@ class Execution:
             log.warning("could not record the move of %s on %s: %s", m.vm, host, err)
 
     def _note_where(self, m: Move, r: MigrationResult) -> None:
-        """Keep the working snapshot's idea of where the VM runs in step with the result."""
-        if not r.running_on:
-            return
-        host = r.running_on[0]
-        vms, seen = [], False
-        for v in self.snapshot.vms:
-            if v.name != m.vm:
-                vms.append(v)
-            elif not seen:  # one sighting, where it runs: a stale copy is no migration
-                vms.append(v.model_copy(update={"host": host}))
-                seen = True
-        self.snapshot = self.snapshot.model_copy(update={"vms": vms})
+        """Keep the working view of where the VM runs in step with the result."""
+        if r.running_on:
+            self.view.vm_now_on(m.vm, r.running_on[0])
 
     def _skip(self, m: Move, code: str, message: str) -> None:
         log.info(

@@ -39,10 +39,17 @@ class ScaleFigures:
     executor_seconds: float
     """CPU time of the executor's own thread, without the time inside the ports."""
     wall_seconds: float
+    builds: int
+    """Admission models built from the whole cluster."""
+    verdicts: int
 
     @property
     def calls_per_move(self) -> float:
         return self.host_calls / max(1, self.started)
+
+    @property
+    def verdicts_per_move(self) -> float:
+        return self.verdicts / max(1, self.started)
 
     @property
     def executor_ms_per_move(self) -> float:
@@ -162,4 +169,6 @@ def run_scale(hosts: int, vms_per_host: int = 4) -> ScaleFigures:
         observations=fake.observations,
         executor_seconds=max(0.0, cpu - timed.inside),
         wall_seconds=wall,
+        builds=execution.view.builds,
+        verdicts=execution.verdicts,
     )

@@ -21,6 +21,16 @@ def test_host_calls_per_started_move_do_not_grow_with_the_cluster() -> None:
     assert large.calls_per_move <= small.calls_per_move + 0.25
 
 
+def test_admission_work_per_started_move_does_not_grow_with_the_cluster() -> None:
+    small, large = run_scale(40), run_scale(160)
+    # the model of the whole cluster is built once and followed in place after that
+    assert small.builds == 1
+    assert large.builds == 1
+    # a pass judges the queue only up to the cluster's limit, not all of it
+    assert large.verdicts_per_move <= small.verdicts_per_move + 0.5
+    assert large.verdicts_per_move <= 4
+
+
 def _execution(hosts: int, parallel_all: bool, age: timedelta) -> tuple[Execution, int]:
     fake, d, moves = scale_case(hosts)
     if parallel_all:
