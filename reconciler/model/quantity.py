@@ -9,6 +9,7 @@ cannot use (a timer of a million weeks, a size past 64 bits) is a validation err
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -136,7 +137,7 @@ def duration_within(
     above: bool = False,
     too_short: str | None = None,
     too_long: str | None = None,
-) -> BeforeValidator:
+) -> BeforeValidator:  # pragma: no mutate block (runs at import; the check is duration_in_bounds)
     """A field's own bounds on a ``Duration``: ``low`` (excluded when ``above``) to ``high``.
 
     Use as ``Annotated[Duration, duration_within(...)]``; it runs before the parsing, so a
@@ -144,22 +145,40 @@ def duration_within(
     ``too_short``/``too_long`` replace the default "what; how" messages; ``{value}`` in them is
     the value as written.
     """
+    return BeforeValidator(
+        functools.partial(
+            duration_in_bounds,
+            low=low,
+            high=high,
+            above=above,
+            too_short=too_short,
+            too_long=too_long,
+        )
+    )
 
-    def check(value: object) -> timedelta:
-        seconds = _seconds(value)
-        shown = _shown(value)
-        if not seconds <= high.total_seconds():
-            text = too_long or f"{{value}} is too long; use at most {format_duration(high)}"
-            raise ValueError(text.format(value=shown))
-        # the low bound is checked on the timedelta, to the microsecond: 1e-7s is 0s
-        result = value if isinstance(value, timedelta) else timedelta(seconds=seconds)
-        if result < low or (above and result <= low):
-            bound = "more than" if above else "at least"
-            text = too_short or f"{{value}} is too short; use {bound} {format_duration(low)}"
-            raise ValueError(text.format(value=shown))
-        return result
 
-    return BeforeValidator(check)
+def duration_in_bounds(
+    value: object,
+    *,
+    low: timedelta,
+    high: timedelta,
+    above: bool,
+    too_short: str | None,
+    too_long: str | None,
+) -> timedelta:
+    """``value`` as a duration within ``duration_within``'s bounds, else ValueError."""
+    seconds = _seconds(value)
+    shown = _shown(value)
+    if not seconds <= high.total_seconds():
+        text = too_long or f"{{value}} is too long; use at most {format_duration(high)}"
+        raise ValueError(text.format(value=shown))
+    # the low bound is checked on the timedelta, to the microsecond: 1e-7s is 0s
+    result = value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+    if result < low or (above and result <= low):
+        bound = "more than" if above else "at least"
+        text = too_short or f"{{value}} is too short; use {bound} {format_duration(low)}"
+        raise ValueError(text.format(value=shown))
+    return result
 
 
 def format_size(size: int) -> str:

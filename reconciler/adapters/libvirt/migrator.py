@@ -191,10 +191,13 @@ class LibvirtMigrator:
         settle_timeout: float = 60.0,
         pool: ConnectionPool | None = None,
         leftovers: Leftovers | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.desired = desired
         self.leftovers = leftovers or Leftovers()
         """Target volumes of failed disk moves not yet deleted (their host did not answer)."""
+        self.clock = clock
+        """Seconds for the watcher's limits (timeoutPerGiB, progressTimeout, the settle wait)."""
         self.connection = connection or ConnectionSettings()
         self.pool = pool
         self.poll_interval = poll_interval
@@ -350,12 +353,12 @@ class LibvirtMigrator:
             stall = tuning.copy_moves.progress_timeout
             stall_limit = stall.total_seconds() if stall is not None else stall_limit
         worker = threading.Thread(target=work, name=f"migrate {move.vm}", daemon=True)
-        started = time.monotonic()
+        started = self.clock()
         worker.start()
         last_progress, least_remaining = started, -1
         aborted_at: float | None = None
         while not job.done.wait(self.poll_interval):
-            now = time.monotonic()
+            now = self.clock()
             stats = self._stats(dom)
             if stats:
                 job.last = stats
