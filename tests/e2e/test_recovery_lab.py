@@ -8,7 +8,6 @@ fails restarts nothing.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,7 +21,13 @@ import pytest
 
 from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.lab.faults import freeze_host, kill_host, start_host, thaw_host
+from reconciler.adapters.lab.faults import (
+    freeze_host,
+    kill_host,
+    kill_qemus,
+    start_host,
+    thaw_host,
+)
 from reconciler.config import load_desired
 from tests.e2e.test_apply_cli import assert_sound, domains
 from tests.e2e.test_run_lab import free_port, metric, start
@@ -75,23 +80,6 @@ def domains_without(lab: Lab, dead: str) -> dict[str, list[tuple[str, bool, int]
     return out
 
 
-def kill_qemus(vms: list[str]) -> None:
-    """SIGKILL the QEMU of each VM (found by its -name guest=NAME argument)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(b"qemu-system" in c for c in cmd[:1]) and any(
-            c.startswith(f"guest={vm},".encode()) or c == f"guest={vm}".encode()
-            for c in cmd
-            for vm in vms
-        ):
-            os.kill(int(pid), signal.SIGKILL)
-
-
 def wait(predicate: object, timeout: float, what: str) -> float:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
@@ -126,7 +114,7 @@ def test_a_dead_host_is_fenced_and_its_vms_run_elsewhere_once_also_after_a_crash
         dead, vms = busiest(own_lab)
         assert vms
         kill_host(Path(own_lab.dir), dead)
-        kill_qemus(vms)
+        kill_qemus(Path(own_lab.dir), dead)
         died = time.monotonic()
         # the reconciler dies as soon as the first VM runs elsewhere, and is started again
         wait(lambda: any(running_elsewhere(own_lab, vm, dead) for vm in vms), 60, "a restart")
@@ -217,7 +205,7 @@ def kill_and_recover(lab: Lab, port: int) -> tuple[str, list[str]]:
     wait(lambda: (metric(port, "reconciler_reconciles_total") or 0) >= 2, 60, "two rounds")
     dead, vms = busiest(lab)
     kill_host(Path(lab.dir), dead)
-    kill_qemus(vms)
+    kill_qemus(Path(lab.dir), dead)
     wait(
         lambda: all(running_elsewhere(lab, vm, dead) for vm in vms),
         90,

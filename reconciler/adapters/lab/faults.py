@@ -47,6 +47,22 @@ def kill_host(directory: Path, name: str) -> int:
     return pid
 
 
+def kill_qemus(directory: Path, name: str) -> list[int]:
+    """SIGKILL the QEMUs host ``name``'s daemon started (by its pid files, so another lab's VMs
+    of the same names are never touched); their pids."""
+    host = _qemu_host(directory, name)
+    killed = []
+    for pidfile in sorted((Path(host.path) / "run" / "qemu").glob("*.pid")):
+        pid = processes.read_pid(pidfile)
+        if pidfile.name == "driver.pid" or pid is None or not processes.ours(pid, "qemu"):
+            continue
+        processes.send(pid, signal.SIGKILL)
+        killed.append(pid)
+    for pid in killed:
+        processes.wait_gone(pid, 5.0)
+    return killed
+
+
 def freeze_host(directory: Path, name: str) -> int:
     """SIGSTOP the libvirtd of host ``name``: its calls hang until ``thaw_host``; its pid."""
     pid = _running_daemon(_qemu_host(directory, name))
