@@ -336,7 +336,8 @@ def _refusal(
 
 
 def _group_fits(journal: Journal, model: Model, v: int, t: int, group: Sequence[Move]) -> bool:
-    """Moving ``v`` and the rest of its group together keeps every required group measure."""
+    """Moving ``v`` and the rest of its group together keeps every required group measure,
+    and every later member still has room where it goes (else the group would end split)."""
     rules = model.rules
     touched = {g for g in rules.vm_groups[v] if rules.groups[g].required}
     counts = journal.state.counts
@@ -345,7 +346,13 @@ def _group_fits(journal: Journal, model: Model, v: int, t: int, group: Sequence[
     try:
         journal.move(v, t)
         for m in group:
-            _apply(journal, model, m)
+            w, u = model.vm_index.get(m.vm), model.host_index.get(m.target)
+            if w is None or u is None:
+                return False
+            refusal = check_move(journal.state, w, u, alone=False)
+            if refusal is not None and not refusal.category.startswith("rule "):
+                return False
+            journal.move(w, u)
         return all(
             domain_of(rules.groups[g], t) is None or counts[g].measure() <= before[g]
             for g in touched

@@ -114,3 +114,15 @@ def test_moves_admitted_in_one_pass_count_against_the_limits_of_the_next() -> No
     verdicts = admit(d, snap, [move(n, "a", "b", 1) for n in names], [], NOW)
     assert [a.verdict for a in verdicts] == [Verdict.ADMIT, Verdict.ADMIT, Verdict.WAIT]
     assert verdicts[2].code is AdmitCode.LIMIT
+
+
+def test_a_group_whose_last_member_would_not_fit_does_not_start_its_first() -> None:
+    # b holds x and y but not z as well: starting x would leave the group split on a and b
+    d = desired([host("a"), host("b")], rules=[TOGETHER], hostLimit=100)
+    snap = snapshot(
+        [host_state("a"), host_state("b", memory_gib=16)],
+        [vm("x", "a"), vm("y", "a"), vm("z", "a", memory_gib=12)],
+    )
+    verdicts = admit(d, snap, group_moves(), [], NOW)
+    assert verdicts[0].verdict is not Verdict.ADMIT, verdicts[0]
+    assert verdicts[0].code is AdmitCode.RULE_BROKEN
