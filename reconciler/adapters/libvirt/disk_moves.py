@@ -202,7 +202,7 @@ def live_copy(
         dst = pool.get(move.target)
         refuse_existing(dst, volumes)
     except (libvirt.libvirtError, DiskMoveError, HostUnreachable, HostTimeout) as err:
-        return _failed(move, began, f"not started: {err}")
+        return failed_before_start(move, began, f"not started: {err}")
     leftovers = migrator.leftovers
     leftovers.expect(move.target, volumes, found)  # libvirt may precreate them
     try:
@@ -228,7 +228,8 @@ def live_copy(
     return result.model_copy(update={"error": "; ".join(cleaned) or result.error})
 
 
-def _failed(move: Move, began: float, error: str) -> MigrationResult:
+def failed_before_start(move: Move, began: float, error: str) -> MigrationResult:
+    """A move that failed before anything changed, timed from ``began`` (monotonic)."""
     return MigrationResult(
         vm=move.vm,
         source=move.source,

@@ -35,7 +35,12 @@ import libvirt
 
 from reconciler.adapters.libvirt.cold import cold_move, discard_copy
 from reconciler.adapters.libvirt.connection import ConnectionSettings, is_no_domain
-from reconciler.adapters.libvirt.disk_moves import copy_call, copy_time_limit, live_copy
+from reconciler.adapters.libvirt.disk_moves import (
+    copy_call,
+    copy_time_limit,
+    failed_before_start,
+    live_copy,
+)
 from reconciler.adapters.libvirt.leftovers import Leftovers
 from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, ReconcilerError
@@ -289,7 +294,7 @@ class LibvirtMigrator:
             found: str = dom.UUIDString()
             memory = move.memory or int(dom.maxMemory()) * 1024
         except libvirt.libvirtError as err:
-            return self._refused(move, began, f"{move.vm} not found on {source.name}: {err}")
+            return failed_before_start(move, began, f"{move.vm} not found on {source.name}: {err}")
         try:
             pool.get(target.name)
         except (HostUnreachable, HostTimeout) as err:
@@ -310,16 +315,6 @@ class LibvirtMigrator:
         if job.abandoned:
             error = f"{error}; libvirt had not ended the job after {self.settle_timeout:g}s"
         return self._verify(move, began, pool, found, job, error)
-
-    def _refused(self, move: Move, began: float, error: str) -> MigrationResult:
-        return MigrationResult(
-            vm=move.vm,
-            source=move.source,
-            target=move.target,
-            succeeded=False,
-            error=error,
-            seconds=round(time.monotonic() - began, 3),
-        )
 
     # --- running --------------------------------------------------------------------------
 
