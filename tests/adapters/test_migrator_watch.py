@@ -10,7 +10,7 @@ One poll of the watcher is one step of the script and one ``TICK`` of the clock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,15 +297,6 @@ class Run:
     result: MigrationResult
     source: Domain
     progress: list[MigrationProgress]
-
-
-@pytest.fixture
-def release() -> Iterator[list[Domain]]:
-    """Domains whose job a test left running end it on teardown, so no thread outlives it."""
-    domains: list[Domain] = []
-    yield domains
-    for dom in domains:
-        dom.ended.set()
 
 
 def tuned(*, per_gib: str = "100s", stall: str = "5s", post_copy: bool = False) -> DesiredState:
