@@ -517,3 +517,45 @@ def test_after_resuming_a_vm_left_paused_the_result_says_it_runs_on_the_source(
     assert not run.result.succeeded
     assert run.result.running_on == ["kvm-01"]
     assert run.result.paused_on == []
+
+
+def test_a_source_that_cannot_be_reached_afterwards_is_named_and_the_move_not_called_done(
+    release: list[Domain],
+) -> None:
+    pools: list[Pool] = []
+
+    class Vanishing(Domain):
+        """Migrates, then its host stops answering before the migrator looks."""
+
+        def migrateToURI3(self, uri: str, params: dict[str, Any], flags: int) -> int:  # noqa: N802
+            try:
+                return super().migrateToURI3(uri, params, flags)
+            finally:
+                pools[0].conns["kvm-01"] = HostUnreachable("kvm-01: no route to host")
+
+    world = World()
+    source = Vanishing(world, "kvm-01", [DONE])
+    release.append(source)
+    pool = Pool(
+        {
+            "kvm-01": Connection(world, "kvm-01", source),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    pools.append(pool)
+    migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
+    result = migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
+    # it may still be defined there: not a success, though it runs on the target
+    assert not result.succeeded
+    assert result.running_on == ["kvm-02"]
+    assert result.error == (
+        "the migration ended without the VM running on the target only; "
+        "could not look at source kvm-01: kvm-01: no route to host"
+    )
+
+
+def test_a_reading_with_disks_but_no_remaining_figure_is_in_the_memory_phase(
+    release: list[Domain],
+) -> None:
+    run = migrate([{"disk_total": 8, "memory_remaining": GIB}, DONE], release)
+    assert [p.phase for p in run.progress] == ["memory"]

@@ -148,8 +148,6 @@ class _Seen:
 
 
 def _look(conn: Any, uuid: str) -> _Seen:
-    if conn is None:
-        return _Seen(error="not connected")
     try:
         dom = conn.lookupByUUIDString(uuid)
         state, reason = dom.state()
