@@ -559,3 +559,31 @@ def test_a_reading_with_disks_but_no_remaining_figure_is_in_the_memory_phase(
 ) -> None:
     run = migrate([{"disk_total": 8, "memory_remaining": GIB}, DONE], release)
     assert [p.phase for p in run.progress] == ["memory"]
+
+
+def test_a_leftover_definition_that_cannot_be_removed_keeps_the_move_from_being_done(
+    release: list[Domain],
+) -> None:
+    class Stubborn(Domain):
+        def undefine(self) -> int:
+            self.world.calls.append(f"undefine@{self.host}")
+            raise error(libvirt.VIR_ERR_OPERATION_INVALID, "cannot undefine: in use")
+
+    world = World()
+    source = Stubborn(world, "kvm-01", ["leftover"])
+    release.append(source)
+    pool = Pool(
+        {
+            "kvm-01": Connection(world, "kvm-01", source),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
+    result = migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
+    assert world.calls == ["undefine@kvm-01"]
+    assert not result.succeeded  # defined on both hosts: not where it should be only
+    assert result.running_on == ["kvm-02"]
+    assert result.error == (
+        "the migration ended without the VM running on the target only; its old definition "
+        "on kvm-01 could not be removed: cannot undefine: in use"
+    )
