@@ -35,8 +35,8 @@ from tests.adapters.test_migrator_watch import (
     Connection,
     Domain,
     Pool,
-    World,
     error,
+    fake_hosts,
     falling,
     migrate,
     stuck,
@@ -184,15 +184,7 @@ def migrate_copy(
     disk_bytes: int = 0,
 ) -> tuple[MigrationResult, Domain]:
     """``migrate_live`` of a class-copy move (as ``live_copy`` calls it, volumes made)."""
-    world = World()
-    source = Domain(world, "kvm-01", script)
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts(script, release)
     migrator = LibvirtMigrator(desired, pool=pool, poll_interval=0.001, clock=Clock())
     move = MOVE.model_copy(
         update={
@@ -362,15 +354,7 @@ def test_the_guest_memory_is_read_from_libvirt_when_the_move_does_not_say(
         def maxMemory(self) -> int:  # noqa: N802 (libvirt's name; KiB)
             return 3 * GIB // 1024
 
-    world = World()
-    source = Big(world, "kvm-01", falling(60))
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts(falling(60), release, source_type=Big)
     migrator = LibvirtMigrator(
         tuned(per_gib="10s", stall="100s"), pool=pool, poll_interval=0.001, clock=Clock()
     )
@@ -386,15 +370,7 @@ def test_the_guest_memory_is_read_from_libvirt_when_the_move_does_not_say(
 
 def test_a_domain_is_found_by_its_uuid_when_given_not_by_its_name(release: list[Domain]) -> None:
     # the VM's name is not known to the host (renamed since): its UUID still finds it
-    world = World()
-    source = Domain(world, "kvm-01", [DONE])
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts([DONE], release)
     migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
     move: Move = MOVE.model_copy(update={"vm": "web-1-renamed"})
     result = migrator.migrate(move, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
@@ -411,15 +387,7 @@ def test_the_migration_runs_in_a_daemon_thread_named_for_its_vm(release: list[Do
             seen.append((me.name, me.daemon))
             return super().migrateToURI3(uri, params, flags)
 
-    world = World()
-    source = Watched(world, "kvm-01", [DONE])
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts([DONE], release, source_type=Watched)
     migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
     migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
     # daemon: a libvirt call that never returns does not keep the process from exiting
@@ -495,11 +463,9 @@ class DeadPool(Pool):
 def test_a_host_whose_connection_stays_broken_is_tried_twice_and_reported(
     release: list[Domain],
 ) -> None:
-    world = World()
-    source = Domain(world, "kvm-01", [DONE])
-    release.append(source)
-    target = Connection(world, "kvm-02", Domain(world, "kvm-02"))
-    pool = DeadPool({"kvm-01": Connection(world, "kvm-01", source), "kvm-02": target})
+    world, source, pool = fake_hosts([DONE], release, pool_type=DeadPool)
+    target = pool.conns["kvm-02"]
+    assert isinstance(target, Connection)
     migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
     target.alive = False
     target.fail = error(libvirt.VIR_ERR_SYSTEM_ERROR, "kvm-02: end of file")
@@ -533,15 +499,7 @@ def test_a_source_that_cannot_be_reached_afterwards_is_named_and_the_move_not_ca
             finally:
                 pools[0].conns["kvm-01"] = HostUnreachable("kvm-01: no route to host")
 
-    world = World()
-    source = Vanishing(world, "kvm-01", [DONE])
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts([DONE], release, source_type=Vanishing)
     pools.append(pool)
     migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
     result = migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
@@ -569,15 +527,7 @@ def test_a_leftover_definition_that_cannot_be_removed_keeps_the_move_from_being_
             self.world.calls.append(f"undefine@{self.host}")
             raise error(libvirt.VIR_ERR_OPERATION_INVALID, "cannot undefine: in use")
 
-    world = World()
-    source = Stubborn(world, "kvm-01", ["leftover"])
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts(["leftover"], release, source_type=Stubborn)
     migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
     result = migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
     assert world.calls == ["undefine@kvm-01"]

@@ -306,6 +306,27 @@ def tuned(*, per_gib: str = "100s", stall: str = "5s", post_copy: bool = False) 
     )
 
 
+def fake_hosts(
+    script: Sequence[dict[str, Any] | str],
+    release: list[Domain],
+    *,
+    source_type: type[Domain] = Domain,
+    pool_type: type[Pool] = Pool,
+    abort_ends_job: bool = True,
+) -> tuple[World, Domain, Pool]:
+    """The VM on kvm-01 running ``script`` when migrated, kvm-02 empty, the pool over both."""
+    world = World()
+    source = source_type(world, "kvm-01", script, abort_ends_job=abort_ends_job)
+    release.append(source)
+    pool = pool_type(
+        {
+            "kvm-01": Connection(world, "kvm-01", source),
+            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
+        }
+    )
+    return world, source, pool
+
+
 def migrate(
     script: Sequence[dict[str, Any] | str],
     release: list[Domain],
@@ -319,15 +340,7 @@ def migrate(
     uuid: str | None = UUID,
     arrange: Callable[[Pool], None] = lambda pool: None,
 ) -> Run:
-    world = World()
-    source = Domain(world, "kvm-01", script, abort_ends_job=abort_ends_job)
-    release.append(source)
-    pool = Pool(
-        {
-            "kvm-01": Connection(world, "kvm-01", source),
-            "kvm-02": Connection(world, "kvm-02", Domain(world, "kvm-02")),
-        }
-    )
+    world, source, pool = fake_hosts(script, release, abort_ends_job=abort_ends_job)
     arrange(pool)
     migrator = LibvirtMigrator(
         desired or tuned(),
