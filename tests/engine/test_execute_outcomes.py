@@ -65,6 +65,8 @@ class Scripted(FakeCluster):
         self.script: dict[str, Script] = {}
         self.blind = False
         """Every look after the round's own observation fails."""
+        self.looks: list[tuple[list[str], list[Move]]] = []
+        """The hosts of every look, with the migrations running then."""
 
     def _vm_state(self, v: FakeVm) -> VmState:
         seen = super()._vm_state(v)
@@ -73,6 +75,8 @@ class Scripted(FakeCluster):
         return seen
 
     def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
+        with self.lock:
+            self.looks.append((list(hosts), list(self.running)))
         if self.blind and self.observations:
             self.observations += 1
             raise HostUnreachable(f"cannot connect to {', '.join(hosts)}")
@@ -496,3 +500,47 @@ def test_before_giving_up_a_waiting_move_its_hosts_are_looked_at_once_more() -> 
     (result,) = execution(fake, [move("x", "c", "b")], parallel=1).run()
     assert result.outcome is MoveOutcome.SUCCEEDED
     assert fake.hosts_of() == {"theirs": "a", "x": "b"}
+
+
+# --- what the queue looks at ------------------------------------------------------------------
+
+
+def test_a_host_a_migration_runs_on_is_not_looked_at_even_when_a_look_admits_a_move_from_it() -> (
+    None
+):
+    # q runs from a. w's move to e waited for x's, and y's to d for room on d; when x has
+    # ended, w may start, and the look at d and e that its start needs shows z gone from d:
+    # then y, from a, may start too, and a is still not looked at while q runs
+    fake = Scripted(
+        [FakeHost(h) for h in "abcef"] + [FakeHost("d", memory=10 * GIB)],
+        [FakeVm(vm, on) for vm, on in [("x", "c"), ("q", "a"), ("w", "d"), ("z", "d"), ("y", "a")]],
+    )
+    q_running, y_started = threading.Event(), threading.Event()
+
+    def on_migrate(m: Move) -> None:
+        if m.vm == "x":
+            q_running.wait(5)
+            del fake.vms["z"]  # shut down and undefined by someone meanwhile
+        if m.vm == "q":
+            q_running.set()
+            y_started.wait(5)
+
+    fake.on_migrate = on_migrate
+    hosts = [host(h, max_outbound=4, max_inbound=1 if h == "e" else 4) for h in fake.hosts]
+    moves = [move("x", "c", "e"), move("q", "a", "b"), move("w", "d", "e"), move("y", "a", "d")]
+    run = Execution(
+        desired(hosts, hostLimit=100, parallel={"cluster": 3}, batch=100),
+        fake.observe(),
+        moves,
+        Ports(fake, fake, fake, fake.clock),
+        plan_id=PLAN,
+        stop=threading.Event(),
+        abort=threading.Event(),
+        on_event=lambda e: y_started.set() if (e.kind, e.move.vm) == ("start", "y") else None,
+    )
+    assert [r.outcome for r in run.run()] == [MoveOutcome.SUCCEEDED] * 4
+    assert fake.hosts_of() == {"x": "e", "q": "b", "w": "e", "y": "d"}
+    assert fake.looks[1:], "later passes look at the hosts that are free"
+    for looked, running in fake.looks:
+        busy = {h for m in running for h in (m.source, m.target)}
+        assert not busy.intersection(looked), (looked, running)
