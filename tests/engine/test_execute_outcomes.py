@@ -419,11 +419,18 @@ def test_a_stop_during_the_look_before_a_start_starts_nothing_and_reports_in_pla
     results = run.run()
     assert fake.migrations == []
     assert fake.hosts_of() == {"v1": "a", "v2": "c", "v3": "a"}
-    assert [(e.kind, e.move.vm) for e in events] == [("skip", "v1"), ("skip", "v2"), ("skip", "v3")]
-    assert [(r.vm, r.outcome, r.reason, r.detail) for r in results] == [
-        (vm, MoveOutcome.SKIPPED, "Interrupted", "not started: the run was interrupted")
-        for vm in ("v1", "v2", "v3")
+    assert results == [
+        MoveResult(
+            vm=m.vm,
+            source=m.source,
+            target=m.target,
+            outcome=MoveOutcome.SKIPPED,
+            reason="Interrupted",
+            detail="not started: the run was interrupted",
+        )
+        for m in moves
     ]
+    assert events == [Event("skip", m, result=r) for m, r in zip(moves, results, strict=True)]
 
 
 def test_a_stop_while_a_migration_runs_reports_the_moves_not_started_before_it_ends() -> None:
@@ -455,6 +462,90 @@ def test_a_stop_while_a_migration_runs_reports_the_moves_not_started_before_it_e
     ]
     assert [r.outcome for r in results] == [MoveOutcome.SUCCEEDED] + [MoveOutcome.SKIPPED] * 2
     assert fake.hosts_of() == {"v1": "b", "v2": "a", "v3": "c"}
+
+
+class CountingStop(threading.Event):
+    """A stop request that counts how often the queue checked it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return super().is_set()
+
+    def checked_twice_more(self) -> None:
+        seen = self.checks
+        for _ in range(500):
+            if self.checks >= seen + 2:
+                return
+            threading.Event().wait(0.01)
+
+
+@pytest.mark.parametrize("first", ["stop", "hold-lost"])
+def test_the_queue_keeps_polling_after_it_gave_up_its_pending_moves(first: str) -> None:
+    # the pending moves are given up (a stop, or the hold lost), then a stop arrives while the
+    # migration still runs: the queue polls on until it ends, and reports every move once
+    stop, skipped = CountingStop(), threading.Event()
+    held = [True]
+    fake = Scripted([FakeHost(h) for h in "abc"], [FakeVm("v1", "a"), FakeVm("v2", "a")])
+
+    def on_migrate(m: Move) -> None:
+        if first == "stop":
+            stop.set()
+        else:
+            held[0] = False
+        skipped.wait(10)
+        stop.set()
+        stop.checked_twice_more()
+
+    fake.on_migrate = on_migrate
+    moves = [move("v1", "a", "b"), move("v2", "a", "c")]
+    results = execution(
+        fake,
+        moves,
+        parallel=1,
+        stop=stop,
+        gate=lambda: None if held[0] else "the hold is no longer confirmed",
+        on_event=lambda e: skipped.set() if e.kind == "skip" else None,
+    ).run()
+    why = {
+        "stop": ("Interrupted", "not started: the run was interrupted"),
+        "hold-lost": ("NotStarted", "not started: the hold is no longer confirmed"),
+    }[first]
+    assert [(r.vm, r.outcome, r.reason, r.detail) for r in results] == [
+        ("v1", MoveOutcome.SUCCEEDED, "Balance", moves[0].detail),
+        ("v2", MoveOutcome.SKIPPED, *why),
+    ]
+    assert fake.hosts_of() == {"v1": "b", "v2": "a"}
+
+
+def test_as_many_migrations_run_at_once_as_the_cluster_allows() -> None:
+    # more than a thread pool's default size: every admitted migration runs, none queues
+    n = 40
+    fake = Scripted(
+        [FakeHost("a", cpus=256, memory=1024 * GIB), FakeHost("b", cpus=256, memory=1024 * GIB)],
+        [FakeVm(f"v{i}", "a") for i in range(n)],
+    )
+    together = threading.Barrier(n, timeout=10)
+
+    def all_at_once(m: Move) -> None:
+        together.wait()
+
+    fake.on_migrate = all_at_once
+    hosts = [host(h, max_outbound=n, max_inbound=n) for h in fake.hosts]
+    run = Execution(
+        desired(hosts, hostLimit=100, parallel={"cluster": n}, batch=n),
+        fake.observe(),
+        [move(f"v{i}", "a", "b") for i in range(n)],
+        Ports(fake, fake, fake, fake.clock),
+        plan_id=PLAN,
+        stop=threading.Event(),
+        abort=threading.Event(),
+    )
+    assert [r.outcome for r in run.run()] == [MoveOutcome.SUCCEEDED] * n
+    assert fake.max_running == n
 
 
 # --- a move that could not start -------------------------------------------------------------
