@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.engine import execute
 from reconciler.engine.execute import FRESH_FOR, Event, Execution, Gate, Ports
 from reconciler.engine.ports import MigrationProgress, MigrationResult
 from reconciler.errors import HostUnreachable
@@ -552,30 +553,30 @@ def test_as_many_migrations_run_at_once_as_the_cluster_allows() -> None:
 
 
 class _OthersMigrate(Scripted):
-    """``theirs`` is migrated from a to b by someone else: in every look, or only in the
-    round's own observation (``ends``)."""
+    """VMs migrated by someone else: ``theirs[vm] = (target, looks)`` shows ``vm`` paused on
+    ``target`` as well, in the first ``looks`` looks at that host (the round's own included)."""
 
-    def __init__(self, *, ends: bool) -> None:
-        super().__init__(
-            [FakeHost("a"), FakeHost("b"), FakeHost("c")],
-            [FakeVm("theirs", "a"), FakeVm("x", "c")],
-        )
-        self.ends = ends
+    def __init__(self, hosts: str, vms: dict[str, str], theirs: dict[str, tuple[str, int]]) -> None:
+        super().__init__([FakeHost(h) for h in hosts], [FakeVm(v, h) for v, h in vms.items()])
+        self.theirs = theirs
 
     def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
-        looked_before = self.observations > 0
         snap = super().observe_hosts(hosts)
-        if "b" not in hosts or (self.ends and looked_before):
-            return snap
-        copy = self._vm_state(self.vms["theirs"]).model_copy(
-            update={"host": HostName("b"), "state": VmRunState.PAUSED}
-        )
-        return snap.model_copy(update={"vms": [*snap.vms, copy]})
+        copies = []
+        for vm, (target, looks) in self.theirs.items():
+            if target in hosts and looks > 0:
+                self.theirs[vm] = (target, looks - 1)
+                copies.append(
+                    self._vm_state(self.vms[vm]).model_copy(
+                        update={"host": HostName(target), "state": VmRunState.PAUSED}
+                    )
+                )
+        return snap.model_copy(update={"vms": [*snap.vms, *copies]})
 
 
 def test_a_move_that_could_not_start_says_why_it_waited() -> None:
     # the only slot of the cluster is taken by someone else's migration in every look
-    fake = _OthersMigrate(ends=False)
+    fake = _OthersMigrate("abc", {"theirs": "a", "x": "c"}, {"theirs": ("b", 1000)})
     (result,) = execution(fake, [move("x", "c", "b")], parallel=1).run()
     assert fake.migrations == []
     assert (result.outcome, result.reason, result.detail) == (
@@ -587,10 +588,62 @@ def test_a_move_that_could_not_start_says_why_it_waited() -> None:
 
 def test_before_giving_up_a_waiting_move_its_hosts_are_looked_at_once_more() -> None:
     # the migration that held it was over by then
-    fake = _OthersMigrate(ends=True)
+    fake = _OthersMigrate("abc", {"theirs": "a", "x": "c"}, {"theirs": ("b", 1)})
     (result,) = execution(fake, [move("x", "c", "b")], parallel=1).run()
     assert result.outcome is MoveOutcome.SUCCEEDED
     assert fake.hosts_of() == {"theirs": "a", "x": "b"}
+
+
+def test_after_a_migration_ends_the_waiting_moves_get_another_look_before_giving_up() -> None:
+    # x and y wait for others' migrations into b and e (maxInbound 1). The look before giving
+    # up finds the one into e over: y starts. When y has ended, x gets a look of its own,
+    # and the one into b is over by then
+    fake = _OthersMigrate(
+        "abcdef",
+        {"theirs": "a", "others": "f", "x": "c", "y": "d"},
+        {"theirs": ("b", 2), "others": ("e", 1)},
+    )
+    hosts = [host(h, max_inbound=1) for h in fake.hosts]
+    run = Execution(
+        desired(hosts, hostLimit=100, parallel={"cluster": 4}, batch=100),
+        fake.observe(),
+        [move("x", "c", "b"), move("y", "d", "e")],
+        Ports(fake, fake, fake, fake.clock),
+        plan_id=PLAN,
+        stop=threading.Event(),
+        abort=threading.Event(),
+    )
+    assert [r.outcome for r in run.run()] == [MoveOutcome.SUCCEEDED] * 2
+    assert [m.vm for m, _ in fake.migrations] == ["y", "x"]
+    assert fake.hosts_of() == {"theirs": "a", "others": "f", "x": "b", "y": "e"}
+
+
+def test_a_free_slot_starts_the_next_move_at_once_while_others_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the queue does not wait for its poll, nor for every migration running, to fill a slot
+    monkeypatch.setattr(execute, "POLL_SECONDS", 60.0)
+    fake = Scripted([FakeHost(h) for h in "abcd"], [FakeVm(f"v{i}", "a") for i in (1, 2, 3)])
+    v1_running, v3_started = threading.Event(), threading.Event()
+
+    def on_migrate(m: Move) -> None:
+        if m.vm == "v1":
+            v1_running.set()
+            v3_started.wait(5)
+        if m.vm == "v2":
+            v1_running.wait(5)
+        if m.vm == "v3":
+            v3_started.set()
+
+    fake.on_migrate = on_migrate
+    moves = [move("v1", "a", "b"), move("v2", "a", "c"), move("v3", "a", "d")]
+    assert [r.outcome for r in execution(fake, moves, parallel=2).run()] == [
+        MoveOutcome.SUCCEEDED
+    ] * 3
+    assert [(m.vm, [r.vm for r in running]) for m, running in fake.migrations][2] == (
+        "v3",
+        ["v1"],
+    )
 
 
 # --- what the queue looks at ------------------------------------------------------------------
