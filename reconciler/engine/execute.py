@@ -131,10 +131,12 @@ class Execution:
                         self._skip(m, "NotStarted", f"not started: {closed}")
                     self.pending = []
                 elif changed:
-                    for m in self._admitted(list(running.values())):
+                    admitted = self._admitted(list(running.values()))
+                    for i, m in enumerate(admitted):
                         if self.stop.is_set() or (self.gate is not None and self.gate()):
-                            self.pending.insert(0, m)  # judged again (and skipped) above
-                            continue
+                            # judged again (and skipped) above, in plan order
+                            self.pending[:0] = admitted[i:]
+                            break
                         self._start(pool, running, m)
                 self._record_outcomes()  # after the starts: the next move does not wait for them
                 if not running:
@@ -220,7 +222,10 @@ class Execution:
         return start
 
     def _blocked(self) -> list[tuple[Move, str]]:
-        return [(m, f"could not start: {self._waiting.get(m.vm, 'blocked')}") for m in self.pending]
+        # a move left without a verdict: migrations of others filled the cluster's limit
+        limit = self.desired.policy.spec.parallel.cluster
+        full = f"parallel.cluster {limit} migrations already run"
+        return [(m, f"could not start: {self._waiting.get(m.vm, full)}") for m in self.pending]
 
     # --- running --------------------------------------------------------------------------
 
@@ -289,7 +294,7 @@ class Execution:
             if r.aborted
             else MoveOutcome.FAILED
         )
-        detail = m.detail if r.succeeded else (r.error or "failed")
+        detail = m.detail if r.succeeded else _failure(r)
         if r.succeeded and r.error:
             detail = f"{m.detail} (the client reported {r.error!r}, but the VM runs on {m.target})"
         if len(r.running_on) > 1 or r.paused_on:
@@ -348,7 +353,7 @@ class Execution:
                 source=m.source,
                 target=m.target,
                 plan_id=self.plan_id,
-                error=r.error or ("aborted" if r.aborted else "failed"),
+                error=_failure(r),
             )
             state = old.model_copy(update={"last_failure": failure})
         try:
@@ -387,6 +392,11 @@ class Execution:
 
 def _ends(m: Move) -> tuple[HostName, HostName]:
     return m.source, m.target
+
+
+def _failure(r: MigrationResult) -> str:
+    """What went wrong, as the move's result and the domain's record both say it."""
+    return r.error or ("aborted" if r.aborted else "failed")
 
 
 def _first_per_vm(moves: Sequence[Move]) -> list[Move]:

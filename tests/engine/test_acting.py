@@ -279,7 +279,7 @@ def test_no_migration_starts_after_the_window_closes_even_mid_queue() -> None:
 
 def test_the_keepers_hold_turns_invalid_at_the_deadline_while_a_renewal_hangs() -> None:
     now = [0.0]
-    release = threading.Event()
+    release, checked = threading.Event(), threading.Event()
 
     class HangingLease:
         calls = 0
@@ -287,6 +287,7 @@ def test_the_keepers_hold_turns_invalid_at_the_deadline_while_a_renewal_hangs() 
         def acquire(self) -> bool:
             self.calls += 1
             if self.calls > 1:
+                checked.wait(5)  # not before the test saw the hold valid, however loaded
                 now[0] += 30.0  # the renewal call does not return before the deadline
                 release.wait(5)
             return True
@@ -309,6 +310,7 @@ def test_the_keepers_hold_turns_invalid_at_the_deadline_while_a_renewal_hangs() 
     )
     assert keeper.acquire(0)
     assert keeper.valid()
+    checked.set()
     waited = 0
     while keeper.valid() and waited < 500:
         threading.Event().wait(0.01)

@@ -258,3 +258,52 @@ def test_a_keeper_thread_that_dies_while_holding_reports_the_loss(
     k.keeper._thread.join(5)
     assert k.changes == [True, False]
     assert not k.keeper.valid()
+
+
+def test_stopping_a_keeper_whose_thread_died_reports_the_loss_once(
+    stopped: list[LeaseKeeper],
+) -> None:
+    k = Keeper(Lease(True, KeyError("bug")))
+    stopped.append(k.keeper)
+    k.keeper.start()
+    assert k.stop.wait(5)
+    k.keeper._thread.join(5)
+    k.keeper.stop()
+    assert k.changes == [True, False], "the death reported the loss; stopping adds none"
+    assert k.lease.released == 1
+
+
+class HungLease(Lease):
+    """Taken at once; every renewal after that hangs until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__(True)
+        self.hung = threading.Event()
+        self.go = threading.Event()
+
+    def acquire(self) -> bool:
+        if self.acquired:
+            self.hung.set()
+            self.go.wait(30)
+        return super().acquire()
+
+
+def test_stop_does_not_wait_for_a_renewal_that_hangs_beyond_its_bound() -> None:
+    # the bound is retry_period + 5 seconds: a stopping process waits no longer than that
+    lease = HungLease()
+    k = Keeper(lease)
+    stopped = threading.Event()
+
+    def stop() -> None:
+        k.keeper.stop()
+        stopped.set()
+
+    try:
+        k.keeper.start()
+        assert lease.hung.wait(5), "a renewal is under way"
+        threading.Thread(target=stop, daemon=True).start()
+        assert stopped.wait(10), "stop() returned while the renewal still hung"
+        assert k.lease.released == 1
+        assert k.changes == [True, False]
+    finally:
+        lease.go.set()
