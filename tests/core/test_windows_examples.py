@@ -131,3 +131,10 @@ def test_each_window_that_cannot_be_read_is_named_with_how_to_fix_it() -> None:
 def test_no_windows_have_no_problems() -> None:
     assert window_problems(None) == []
     assert window_problems([]) == []
+
+
+def test_when_no_window_can_be_read_there_is_no_opening_to_wait_for() -> None:
+    spec = _spec(
+        Mode.APPLY, [_unchecked("0 0 30 2 *", HOUR), _unchecked("0 1 * * *", HOUR, "Mars")]
+    )
+    assert next_window_opening(spec, _at(4, 12)) is None
