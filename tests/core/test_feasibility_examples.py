@@ -375,3 +375,30 @@ def test_a_preferred_group_rule_after_one_whose_domain_stays_still_counts() -> N
     ]
     model, state = _state(hosts, THREE[1], [vm("x", "a"), vm("z", "b")], rules=rules)
     assert _delta(model, state, "x", "b") == (1, 0)
+
+
+@pytest.mark.parametrize(("source", "target", "expected"), [("a", "b", (0, 2)), ("b", "a", (2, 0))])
+def test_every_preferred_host_rule_a_move_breaks_or_repairs_counts(
+    source: str, target: str, expected: tuple[int, int]
+) -> None:
+    rules = [
+        rule(
+            name=f"{n}-rather-b",
+            type="hostAffinity",
+            vms={"names": ["x"]},
+            hosts={"names": ["b"]},
+            enforcement="preferred",
+        )
+        for n in ("one", "two")
+    ]
+    rules.append(
+        rule(
+            name="three-anywhere",
+            type="hostAffinity",
+            vms={"names": ["x"]},
+            hosts={"names": ["a", "b"]},
+            enforcement="preferred",
+        )
+    )
+    model, state = _state(*THREE, [vm("x", source)], rules=rules)
+    assert _delta(model, state, "x", target) == expected
