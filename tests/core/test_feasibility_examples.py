@@ -402,3 +402,21 @@ def test_every_preferred_host_rule_a_move_breaks_or_repairs_counts(
     )
     model, state = _state(*THREE, [vm("x", source)], rules=rules)
     assert _delta(model, state, "x", target) == expected
+
+
+@pytest.mark.parametrize(("source", "target", "expected"), [("a", "b", (2, 0)), ("b", "a", (0, 2))])
+def test_preferred_host_and_group_rules_a_move_breaks_or_repairs_add_up(
+    source: str, target: str, expected: tuple[int, int]
+) -> None:
+    rules = [
+        rule(
+            name="rather-a",
+            type="hostAffinity",
+            vms={"names": ["x"]},
+            hosts={"names": ["a"]},
+            enforcement="preferred",
+        ),
+        rule(name="apart", type="antiAffinity", vms={"names": ["*"]}, enforcement="preferred"),
+    ]
+    model, state = _state(*THREE, [vm("x", source), vm("y", "b")], rules=rules)
+    assert _delta(model, state, "x", target) == expected
