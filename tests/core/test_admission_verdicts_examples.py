@@ -12,7 +12,7 @@ from reconciler.core.admission import AdmitCode, Verdict, admit, judge
 from reconciler.core.admission_view import AdmissionView
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
-from reconciler.model.plan import Move
+from reconciler.model.plan import Move, Reason
 from reconciler.model.snapshot import (
     InFlight,
     MigrationClass,
@@ -331,3 +331,66 @@ def test_a_pass_until_full_stops_once_parallel_migrations_are_admitted(parallel:
     assert [a.verdict for a in everything] == [Verdict.ADMIT] * parallel + [Verdict.WAIT] * (
         3 - parallel
     )
+
+
+def test_migrations_listed_in_flight_but_not_seen_twice_hide_none_seen_twice() -> None:
+    # "aa" is listed but seen once, "ghost" listed and seen nowhere: neither is a migration to
+    # count; "theirs" runs on b and arrives on a, and takes a's inbound and b's outbound
+    hosts = [host("a", max_inbound=1, max_outbound=1), host("b", max_outbound=1), host("c")]
+    d = desired(hosts, hostLimit=100)
+    snap = snapshot(
+        [host_state(h) for h in "abc"],
+        [
+            vm("aa", "c"),
+            _paused(vm("theirs", "a")),
+            vm("theirs", "b"),
+            vm("x", "c"),
+            vm("y", "b"),
+            vm("z", "a"),
+        ],
+        [
+            InFlight(name="aa", uuid="uuid-aa", hosts=["b", "c"]),
+            InFlight(name="ghost", uuid="uuid-ghost", hosts=["a", "b"]),
+        ],
+    )
+    assert _one(d, snap, move("x", "c", "a")) == (
+        Verdict.WAIT,
+        AdmitCode.LIMIT,
+        "maxInbound 1 of a reached",
+    )
+    assert _one(d, snap, move("y", "b", "c")) == (
+        Verdict.WAIT,
+        AdmitCode.LIMIT,
+        "maxOutbound 1 of b reached",
+    )
+    assert _one(d, snap, move("z", "a", "c"))[0] is Verdict.ADMIT
+
+
+FOUR = rule(name="four", type="affinity", vms={"names": ["w", "x", "y", "z"]})
+
+
+def _four_moves(target_of_last: str = "b") -> list[Move]:
+    moves = [
+        move(n, "a", "b", reason=Reason.AFFINITY).model_copy(update={"rule": "four"})
+        for n in ("w", "x", "y", "z")
+    ]
+    moves[-1] = moves[-1].model_copy(update={"target": target_of_last})
+    return moves
+
+
+def test_a_group_that_is_worse_half_way_but_whole_at_the_end_starts_its_first_member() -> None:
+    # with two of four on b the group is split 2:2, worse than 3:1: that is the way there
+    d = desired(ABC, rules=[FOUR], hostLimit=100)
+    snap = snapshot([host_state(h) for h in "abc"], [vm(n, "a") for n in ("w", "x", "y", "z")])
+    verdicts = admit(d, snap, _four_moves(), [], NOW)
+    assert [a.verdict for a in verdicts] == [Verdict.ADMIT] + [Verdict.WAIT] * 3
+
+
+def test_a_group_one_of_whose_members_goes_to_an_unknown_host_does_not_start() -> None:
+    d = desired(ABC, rules=[FOUR], hostLimit=100)
+    snap = snapshot([host_state(h) for h in "abc"], [vm(n, "a") for n in ("w", "x", "y", "z")])
+    verdicts = admit(d, snap, _four_moves("q"), [], NOW)
+    assert (verdicts[0].verdict, verdicts[0].code) == (Verdict.SKIP, AdmitCode.RULE_BROKEN)
+    gone = snapshot([host_state(h) for h in "abc"], [vm(n, "a") for n in ("w", "x", "y")])
+    verdicts = admit(d, gone, _four_moves(), [], NOW)
+    assert (verdicts[0].verdict, verdicts[0].code) == (Verdict.SKIP, AdmitCode.RULE_BROKEN)

@@ -200,3 +200,10 @@ def test_a_host_outside_the_cluster_is_carried_but_never_modelled() -> None:
     view.replace_hosts(fresh)
     _same(view, merged(start, fresh), d)
     assert view.builds == 1
+
+
+def test_a_vm_the_view_never_saw_has_no_sighting() -> None:
+    view = AdmissionView(D, _start())
+    assert view.sighting("nobody") is None
+    assert view.sighting("nobody", "a") is None
+    assert view.sightings("nobody") == []
