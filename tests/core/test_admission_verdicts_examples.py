@@ -394,3 +394,19 @@ def test_a_group_one_of_whose_members_goes_to_an_unknown_host_does_not_start() -
     gone = snapshot([host_state(h) for h in "abc"], [vm(n, "a") for n in ("w", "x", "y")])
     verdicts = admit(d, gone, _four_moves(), [], NOW)
     assert (verdicts[0].verdict, verdicts[0].code) == (Verdict.SKIP, AdmitCode.RULE_BROKEN)
+
+
+def test_a_vm_in_flight_weighs_what_its_running_copy_uses_not_the_incoming_one() -> None:
+    # the incoming copy on b has 0.5 GiB of 4 so far: b must still count mover's 4 GiB
+    d = desired(ABC, hostLimit=50)
+    incoming = _paused(vm("mover", "b")).model_copy(update={"memory_used": 1 << 29})
+    snap = snapshot(
+        [host_state("a"), host_state("b", memory_gib=16), host_state("c")],
+        [vm("mover", "a"), incoming, vm("x", "c", memory_gib=4.5)],
+        [InFlight(name="mover", uuid="uuid-mover", hosts=["a", "b"])],
+    )
+    assert _one(d, snap, move("x", "c", "b", 4.5), [move("mover", "a", "b")]) == (
+        Verdict.SKIP,
+        AdmitCode.NO_ROOM,
+        "b memory would reach 53% (hostLimit 50%)",
+    )
