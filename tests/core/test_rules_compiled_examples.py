@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+from reconciler.core import rules as rules_module
 from reconciler.core.rules import (
     Budget,
     DomainCounts,
     GroupKind,
     GroupRule,
     HostRule,
+    compile_rules,
     describe_kind,
     domain_of,
     new_counts,
@@ -362,3 +365,51 @@ def test_counts_of_a_spread_start_with_every_eligible_domain_empty() -> None:
 )
 def test_each_kind_of_rule_is_named_in_words(kind: str, words: str) -> None:
     assert describe_kind(kind) == words
+
+
+# --- the work compile_rules shares between rules -------------------------------------------
+
+
+def _work(monkeypatch: pytest.MonkeyPatch, rules: list[Rule]) -> Counter[str]:
+    """How often ``compile_rules`` reads a host's domain and asks a host rule about a host."""
+    calls: Counter[str] = Counter()
+    domain, permits = rules_module.topology_domain, HostRule.permits
+
+    def counted_domain(*args: Any, **kwargs: Any) -> str | None:
+        calls["domain"] += 1
+        return domain(*args, **kwargs)
+
+    def counted_permits(self: HostRule, h: int) -> bool:
+        calls["permits"] += 1
+        return permits(self, h)
+
+    model = _model([], _vms())
+    with monkeypatch.context() as m:
+        m.setattr(rules_module, "topology_domain", counted_domain)
+        m.setattr(HostRule, "permits", counted_permits)
+        compile_rules(rules, model.hosts, model.vms)
+    return calls
+
+
+OFF = rule(name="off", type="hostAntiAffinity", vms={"names": ["db-*"]}, hosts={"names": ["h3"]})
+
+
+def _spread(name: str, key: str = "zone") -> Rule:
+    return rule(name=name, type="spread", vms={"names": ["db-*"]}, topologyKey=key)
+
+
+def test_rules_over_the_same_key_share_the_hosts_domains(monkeypatch: pytest.MonkeyPatch) -> None:
+    one = _work(monkeypatch, [OFF, _spread("s1")])
+    assert one["domain"] == len(HOSTS)
+    assert _work(monkeypatch, [OFF, _spread("s1"), _spread("s2")]) == one
+    apart = rule(name="apart", type="antiAffinity", vms={"names": ["db-*"]}, topologyKey="zone")
+    other = _work(monkeypatch, [OFF, _spread("s1"), apart, _spread("s2", "rack")])
+    assert other["domain"] == 3 * len(HOSTS), "a spread and an antiAffinity count hosts apart"
+
+
+def test_members_with_the_same_host_rules_share_the_eligible_domains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    one = _work(monkeypatch, [OFF, _spread("s1")])
+    assert one["permits"] > 0
+    assert _work(monkeypatch, [OFF, _spread("s1"), _spread("s2")]) == one
