@@ -22,6 +22,7 @@ from reconciler.core.rules import (
     domain_of,
     new_counts,
 )
+from reconciler.core.semantics import topology_domain
 from reconciler.core.state import Model, build
 from reconciler.model.rules import Rule
 from reconciler.model.snapshot import InFlight, VmState
@@ -373,7 +374,7 @@ def test_each_kind_of_rule_is_named_in_words(kind: str, words: str) -> None:
 def _work(monkeypatch: pytest.MonkeyPatch, rules: list[Rule]) -> Counter[str]:
     """How often ``compile_rules`` reads a host's domain and asks a host rule about a host."""
     calls: Counter[str] = Counter()
-    domain, permits = rules_module.topology_domain, HostRule.permits
+    domain, permits = topology_domain, HostRule.permits
 
     def counted_domain(*args: Any, **kwargs: Any) -> str | None:
         calls["domain"] += 1
