@@ -207,3 +207,24 @@ def test_a_vm_the_view_never_saw_has_no_sighting() -> None:
     assert view.sighting("nobody") is None
     assert view.sighting("nobody", "a") is None
     assert view.sightings("nobody") == []
+
+
+def test_a_vm_listed_twice_on_one_host_is_settled_once_found_where_it_runs() -> None:
+    start = _start()
+    twice = start.model_copy(update={"vms": [*start.vms, start.vms[0]]})
+    view = AdmissionView(D, twice)
+    assert view.in_flight == {"v0"}
+    assert view.snapshot().in_flight == []
+    view.vm_now_on("v0", "b")
+    assert view.in_flight == set()
+    assert view.settled
+    _same(view, now_on(start, "v0", "b").model_copy(update={"in_flight": []}))
+
+
+def test_a_name_seen_on_two_hosts_is_listed_in_flight_with_its_last_sighting_s_uuid() -> None:
+    view, reference = _built()
+    namesake = vm("v1", "c").model_copy(update={"uuid": "uuid-another"})
+    fresh = _fresh([host_state("c")], [*_on(reference, "c"), namesake])
+    view.replace_hosts(fresh)
+    assert view.snapshot().in_flight == [InFlight(name="v1", uuid="uuid-another", hosts=["b", "c"])]
+    _same(view, merged(reference, fresh))
