@@ -87,6 +87,7 @@ def test_each_measure_follows_its_definition_at_every_step(kind: GroupKind, skew
         assert probed == dc.key(), "a probe tells what the move gives"
         assert dc.total == len(where)
         assert {d: n for d, n in dc.counts.items() if n} == dict(Counter(where.values()))
+        assert dc.hist == Counter(dc.counts.values()), "count -> domains with that count"
 
 
 @pytest.mark.parametrize("kind", ["antiAffinity", "affinity", "spread"])
