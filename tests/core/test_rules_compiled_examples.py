@@ -415,3 +415,18 @@ def test_members_with_the_same_host_rules_share_the_eligible_domains(
     one = _work(monkeypatch, [OFF, _spread("s1")])
     assert one["permits"] > 0
     assert _work(monkeypatch, [OFF, _spread("s1"), _spread("s2")]) == one
+
+
+@pytest.mark.parametrize("kind", ["antiAffinity", "affinity"])
+def test_a_domain_left_empty_stays_counted_when_a_new_one_fills(kind: GroupKind) -> None:
+    dc = DomainCounts(kind, 1)
+    dc.shift("a", 1)
+    dc.shift("a", -1)
+    dc.shift("b", 1)
+    dc.shift("c", 1)
+    assert dc.counts == {"a": 0, "b": 1, "c": 1}
+    assert dc.hist == {0: 1, 1: 2}
+    dc.shift("b", -1)
+    dc.shift("c", -1)
+    assert dc.hist == {0: 3}
+    assert dc.measure() == 0
