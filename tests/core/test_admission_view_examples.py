@@ -228,3 +228,14 @@ def test_a_name_seen_on_two_hosts_is_listed_in_flight_with_its_last_sighting_s_u
     view.replace_hosts(fresh)
     assert view.snapshot().in_flight == [InFlight(name="v1", uuid="uuid-another", hosts=["b", "c"])]
     _same(view, merged(reference, fresh))
+
+
+def test_a_name_seen_on_three_hosts_is_listed_with_the_last_sighting_s_uuid() -> None:
+    view, reference = _built()
+    second = vm("v1", "c").model_copy(update={"uuid": "uuid-second"})
+    third = vm("v1", "d").model_copy(update={"uuid": "uuid-third"})
+    fresh = _fresh([host_state("c"), host_state("d")], [*_on(reference, "c", "d"), second, third])
+    view.replace_hosts(fresh)
+    listed = [InFlight(name="v1", uuid="uuid-third", hosts=["b", "c", "d"])]
+    assert view.snapshot().in_flight == listed
+    _same(view, merged(reference, fresh))
