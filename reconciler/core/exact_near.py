@@ -143,4 +143,6 @@ def _solve_part(
         narrow=narrow,
         memory=False,
         columns=NEAR_COLUMNS,
+        seconds=NEAR_TIME_LIMIT,
+        nodes=NEAR_NODES,
     )
