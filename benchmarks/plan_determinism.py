@@ -48,6 +48,7 @@ RUNS = ("quiet", "spinners", "nice", "slow")
 class Solve:
     case: str
     columns: int
+    limit: int  # node limit given
     nodes: int
     cpu: float
     wall: float
@@ -68,13 +69,14 @@ def _recording_milp(
         if "time_limit" in opts:
             opts["time_limit"] = opts["time_limit"] / scale
         kw["options"] = opts
+        limit = int(opts.get("node_limit") or 0)  # milp takes it out of the dict
         c0, w0 = time.process_time(), time.perf_counter()
         res = milp(c, **kw)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         msg = str(getattr(res, "message", "")).lower()
         stopped = "clock" if "time limit" in msg else "nodes" if res.status not in (0, 2) else ""
         nodes = int(getattr(res, "mip_node_count", 0) or 0)
-        SOLVES.append(Solve(_CASE[0], len(c), nodes, cpu, wall, stopped))
+        SOLVES.append(Solve(_CASE[0], len(c), limit, nodes, cpu, wall, stopped))
         return res
 
     return wrapped
@@ -154,10 +156,11 @@ def print_stats() -> None:
             f"{sum(1 for s in solves if s.stopped == 'clock'):>8}"
         )
     worst = sorted(SOLVES, key=lambda s: -s.cpu)[:8]
-    print("slowest solves (case, variables, nodes, cpu s, wall s, stopped by):")
+    print("slowest solves (case, variables, node limit, nodes, cpu s, wall s, stopped by):")
     for s in worst:
         print(
-            f"  {s.case:<28} {s.columns:>5} {s.nodes:>6} {s.cpu:>7.3f} {s.wall:>7.3f} {s.stopped}"
+            f"  {s.case:<28} {s.columns:>5} {s.limit:>5} {s.nodes:>6} {s.cpu:>7.3f} {s.wall:>7.3f}"
+            f" {s.stopped}"
         )
 
 

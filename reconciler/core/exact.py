@@ -24,8 +24,8 @@ disks) among plans that cheap, whose final state is one where
   target[a]``.
 
 Two solves: the cost alone (whole numbers, so the solver's bound rounds up and small models
-are proven optimal at the root), then the fewest bytes to copy under that cost, skipped on models of
-more than ``MEMORY_COLUMNS`` variables, where it rarely finishes in ``MEMORY_TIME_LIMIT``.
+are proven optimal at the root), then the fewest bytes to copy under that cost, skipped on
+models of more than ``MEMORY_COLUMNS`` variables.
 ``maxOutbound``/``maxInbound`` and disruption budgets limit how many moves run at once, not
 where VMs end: the waves keep them (:mod:`reconciler.core.waves`), so they are not
 constraints of the final placement.
@@ -35,12 +35,13 @@ with the same current host, hosts they may end on, memory, vCPUs, CPU and memory
 rules and group rules. They are told apart only when the result is read back (by name), so
 the model grows with the distinct VMs, not with all of them.
 
-The solver gets a node limit (deterministic) and a time limit (a safety net). A solve the
-clock cut off is not used (a first solve: no exact plan; a memory solve: the first solve's
-plan): what it had found depends on the machine's load, and the same inputs must give the
-same plan and plan id. Models are kept small enough to solve far within the limits. The result is a
-final placement; :func:`order` turns it into moves each feasible in the state the moves before
-it leave, or None when no such order is found.
+Every solve's work is bounded by a node limit and HiGHS's relative gap, both deterministic: a
+solve they stop gives the same plan on any machine, loaded or not, and its best plan found is
+used (not proven optimal). The clock is only a safety net far above that work; a solve it cut
+off is not used (a first solve: no exact plan; a memory solve: the first solve's plan), since
+what it had found depends on the machine's load and the same inputs must give the same plan
+and plan id. The result is a final placement; :func:`order` turns it into moves each
+feasible in the state the moves before it leave, or None when no such order is found.
 
 Only used when the heuristic met every mandatory item and the scope has no spread, affinity
 or preferred group rule (not modelled here); scipy is imported only when it runs.
@@ -57,13 +58,13 @@ from reconciler.core.state import State
 EXACT_HOSTS = 40
 EXACT_VMS = 400
 EXACT_COLUMNS = 700
-"""Largest model solved, in (class, host) variables. Up to here the benchmarks' models solve in
-0.4 s at most; larger ones (16 hosts x 8 VMs and up) often run into the time limit."""
+"""Largest model solved whole, in (class, host) variables; larger ones (16 hosts x 8 VMs and
+up) are rarely proven within the node limit and go to :mod:`reconciler.core.exact_near`."""
 NODE_LIMIT = 100
 """Branch-and-bound nodes per solve: the bound of its work. HiGHS's work is a function of the
-model and its options (node limit, gap; it is deterministic whatever its threads), so a solve it
-stops is the same on any machine. The benchmarks' whole models need 0-250 nodes and at most
-6.4 s of CPU to finish; at 100 nodes the slowest stops after 2.4 s of CPU."""
+model and its options (node limit, gap), not of the clock or the load, so a solve these stop
+ends the same on any machine. The benchmarks' whole models (``plan_quality.py``) are proven
+within 13 nodes and 0.7 s of CPU."""
 MEMORY_NODE_LIMIT = 100
 """...and for the least memory among plans with the fewest moves."""
 GAP = 1e-4
