@@ -61,10 +61,10 @@ EXACT_COLUMNS = 700
 """Largest model solved whole, in (class, host) variables; larger ones (16 hosts x 8 VMs and
 up) are rarely proven within the node limit and go to :mod:`reconciler.core.exact_near`."""
 NODE_LIMIT = 100
-"""Branch-and-bound nodes per solve: the bound of its work. HiGHS's work is a function of the
-model and its options (node limit, gap), not of the clock or the load, so a solve these stop
-ends the same on any machine. The benchmarks' whole models (``plan_quality.py``) are proven
-within 13 nodes and 0.7 s of CPU."""
+"""Branch-and-bound nodes per solve: the bound of its work. HiGHS's MIP search is serial and
+reads no clock for its choices, so its work is a function of the model and these options
+(node limit, gap), and a solve they stop ends the same on any machine, loaded or not. The
+benchmarks' whole models (``plan_quality.py``) are proven within 13 nodes and 0.7 s of CPU."""
 MEMORY_NODE_LIMIT = 100
 """...and for the least memory among plans with the fewest moves."""
 GAP = 1e-4
