@@ -40,7 +40,7 @@ NEAR_NODES = 10
 """Branch-and-bound nodes per sub-model: the deterministic bound of its work. Most of the
 benchmarks' sub-models are solved at the root node (0.02-0.8 s of CPU); the few that branch
 find the same plans at 10 nodes as at 200 or unbounded, where they took up to 250 nodes and
-6.4 s. HiGHS's root work (cuts, heuristics) is not bounded by nodes: up to 3.5 s of CPU."""
+6.4 s. HiGHS's root work (cuts, heuristics) is not bounded by nodes: up to about 4 s of CPU."""
 NEAR_TIME_LIMIT = 60.0
 """Seconds per sub-model: only a safety net, above what the slowest root takes on a machine
 ten times slower (a cut-off solve is dropped, and the plan would then depend on the load)."""
