@@ -24,8 +24,8 @@ disks) among plans that cheap, whose final state is one where
   target[a]``.
 
 Two solves: the cost alone (whole numbers, so the solver's bound rounds up and small models
-are proven optimal at the root), then the fewest bytes to copy under that cost, skipped on models of
-more than ``MEMORY_COLUMNS`` variables, where it rarely finishes in ``MEMORY_TIME_LIMIT``.
+are proven optimal at the root), then the fewest bytes to copy under that cost, skipped on
+models of more than ``MEMORY_COLUMNS`` variables.
 ``maxOutbound``/``maxInbound`` and disruption budgets limit how many moves run at once, not
 where VMs end: the waves keep them (:mod:`reconciler.core.waves`), so they are not
 constraints of the final placement.
@@ -35,12 +35,13 @@ with the same current host, hosts they may end on, memory, vCPUs, CPU and memory
 rules and group rules. They are told apart only when the result is read back (by name), so
 the model grows with the distinct VMs, not with all of them.
 
-The solver gets a node limit (deterministic) and a time limit (a safety net). A solve the
-clock cut off is not used (a first solve: no exact plan; a memory solve: the first solve's
-plan): what it had found depends on the machine's load, and the same inputs must give the
-same plan and plan id. Models are kept small enough to solve far within the limits. The result is a
-final placement; :func:`order` turns it into moves each feasible in the state the moves before
-it leave, or None when no such order is found.
+Every solve's work is bounded by a node limit and HiGHS's relative gap, both deterministic: a
+solve they stop gives the same plan on any machine, loaded or not, and its best plan found is
+used (not proven optimal). The clock is only a safety net far above that work; a solve it cut
+off is not used (a first solve: no exact plan; a memory solve: the first solve's plan), since
+what it had found depends on the machine's load and the same inputs must give the same plan
+and plan id. The result is a final placement; :func:`order` turns it into moves each
+feasible in the state the moves before it leave, or None when no such order is found.
 
 Only used when the heuristic met every mandatory item and the scope has no spread, affinity
 or preferred group rule (not modelled here); scipy is imported only when it runs.
@@ -57,16 +58,25 @@ from reconciler.core.state import State
 EXACT_HOSTS = 40
 EXACT_VMS = 400
 EXACT_COLUMNS = 700
-"""Largest model solved, in (class, host) variables. Up to here the benchmarks' models solve in
-0.4 s at most; larger ones (16 hosts x 8 VMs and up) often run into the time limit."""
-TIME_LIMIT = 2.0
-"""Seconds for the fewest moves. A safety net, not a budget: a solve it cuts off is not used
-(see :func:`_stopped_by_clock`), so it sits well above what the models allowed here need."""
-MEMORY_TIME_LIMIT = 1.0
-"""Seconds for the least memory among plans with the fewest moves (at most 0.3 s measured)..."""
+"""Largest model solved whole, in (class, host) variables; larger ones (16 hosts x 8 VMs and
+up) are rarely proven within the node limit and go to :mod:`reconciler.core.exact_near`."""
+NODE_LIMIT = 100
+"""Branch-and-bound nodes per solve: the bound of its work. HiGHS's MIP search is serial and
+reads no clock for its choices, so its work is a function of the model and these options
+(node limit, gap), and a solve they stop ends the same on any machine, loaded or not. The
+benchmarks' whole models (``plan_quality.py``) are proven within 13 nodes and 0.7 s of CPU."""
+MEMORY_NODE_LIMIT = 100
+"""...and for the least memory among plans with the fewest moves."""
+GAP = 1e-4
+"""Relative gap at which a solve is done (HiGHS's default, given so a new default changes no
+plan): far below one move on costs of whole moves."""
+TIME_LIMIT = 60.0
+"""Seconds per solve: a safety net, not a budget. What a solve the clock cuts off had found
+depends on the machine's load, so it is not used (:func:`_stopped_by_clock`); this sits far
+above what the node limit lets the benchmarks' models take, even on a machine ten times slower
+and loaded."""
 MEMORY_COLUMNS = 400
-"""...tried on models of at most this many (class, host) variables."""
-NODE_LIMIT = 20_000
+"""The least memory is sought on models of at most this many (class, host) variables."""
 PREFERRED_COST = 1.0
 """A VM left on a host a preferred host rule does not permit costs as much as a move."""
 
@@ -316,11 +326,7 @@ def solve(
         constraints=constraints,
         integrality=integrality,
         bounds=bounds,
-        options={
-            "time_limit": seconds or TIME_LIMIT,
-            "node_limit": nodes or NODE_LIMIT,
-            "presolve": True,
-        },
+        options=limits(nodes or NODE_LIMIT, seconds or TIME_LIMIT),
     )
     if res.x is None or _stopped_by_clock(res):
         return None
@@ -334,12 +340,17 @@ def solve(
             constraints=[*constraints, cap],
             integrality=integrality,
             bounds=bounds,
-            options={"time_limit": MEMORY_TIME_LIMIT, "node_limit": NODE_LIMIT, "presolve": True},
+            options=limits(MEMORY_NODE_LIMIT, seconds or TIME_LIMIT),
         )
         if second.x is not None and not _stopped_by_clock(second):
             x = second.x
     counts = [round(float(v)) for v in x[: len(cols)]]
     return _read(state, members, cols, counts, fixed, res.status == 0)
+
+
+def limits(nodes: int, seconds: float) -> dict[str, object]:
+    """The options of every solve: the work bounded by nodes and gap, the clock a safety net."""
+    return {"node_limit": nodes, "mip_rel_gap": GAP, "time_limit": seconds, "presolve": True}
 
 
 def _columns(classes: Classes) -> int:

@@ -36,13 +36,14 @@ NEAR_SOURCES = 3
 """Hot hosts freed together."""
 NEAR_COLUMNS = 1_200
 """Largest sub-model solved, in (class, host) variables (they solve at the root node)."""
-NEAR_NODES = 200
-"""Branch-and-bound nodes per sub-model: the deterministic bound of its work (the benchmarks'
-sub-models are solved at the root node, in 0.05-0.3 s of CPU)."""
+NEAR_NODES = 10
+"""Branch-and-bound nodes per sub-model: the deterministic bound of its work. Most of the
+benchmarks' sub-models are solved at the root node (0.02-0.8 s of CPU); the few that branch
+find the same plans at 10 nodes as at 200 or unbounded, where they took up to 250 nodes and
+6.4 s. HiGHS's root work (cuts, heuristics) is not bounded by nodes: up to about 4 s of CPU."""
 NEAR_TIME_LIMIT = 60.0
-"""Seconds per sub-model: only a safety net, far above what ``NEAR_NODES`` takes, so that even
-a machine loaded tenfold does not cut one off (a cut-off solve is dropped, and the plan would
-then depend on the load)."""
+"""Seconds per sub-model: only a safety net, above what the slowest root takes on a machine
+ten times slower (a cut-off solve is dropped, and the plan would then depend on the load)."""
 NEAR_SOLVES = 16
 """Sub-models solved per scope at most: the work budget."""
 
@@ -77,12 +78,11 @@ def search(
             if solves >= NEAR_SOLVES:
                 break
             solves += 1
-            found = _solve_part(
-                before, hosts_of, best, sources, hot, score, movable, needed, must_be, target
-            )
+            free = {v for h in sources for v in before.vms_on[h] if movable(v)}
+            found = _solve_part(before, hosts_of, best, free, score, needed, must_be, target)
             if found is None:
                 continue
-            trial = {v: t for v, t in best.items() if before.host_of[v] not in sources}
+            trial = {v: t for v, t in best.items() if v not in free}
             trial.update(found.target)
             if _cost(before, hosts_of, trial) >= _cost(before, hosts_of, best):
                 continue
@@ -110,20 +110,14 @@ def _solve_part(
     before: State,
     hosts_of: Mapping[str, Sequence[int]],
     best: Mapping[int, int],
-    sources: set[int],
-    hot: set[int],
+    free: set[int],
     score: Mapping[int, float],
-    movable: Callable[[int], bool],
     needed: Collection[int],
     must_be: Mapping[int, int],
     target: Mapping[str, float],
 ) -> exact.Solution | None:
-    """The fewest moves of the VMs starting on ``sources``, every other VM where ``best``
-    puts it."""
+    """The fewest moves of the ``free`` VMs, every other VM where ``best`` puts it."""
     work = before.copy()
-    free: set[int] = set()
-    for h in sources:
-        free.update(v for v in before.vms_on[h] if movable(v))
     for v, t in best.items():
         if v not in free:
             work.move(v, t)
@@ -143,4 +137,6 @@ def _solve_part(
         narrow=narrow,
         memory=False,
         columns=NEAR_COLUMNS,
+        seconds=NEAR_TIME_LIMIT,
+        nodes=NEAR_NODES,
     )

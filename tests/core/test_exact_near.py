@@ -50,7 +50,7 @@ def test_the_search_never_adds_moves_and_every_step_keeps_the_rules(
     assert _searched(case).plan_id == searched.plan_id
 
 
-def test_fewer_bigger_vms_replace_the_greedy_moves() -> None:
+def _bigger_vms() -> Case:
     # Memory % of 64 GiB. hot: 8 x 4 GiB + 16 GiB = 75%; c1, c2: 2 GiB each (3.1%);
     # threshold 20. Greedy takes the 16 GiB VM first (the largest single gain), then needs
     # 4 GiB VMs; the search finds the plan of fewest moves among the hot host's VMs.
@@ -65,7 +65,55 @@ def test_fewer_bigger_vms_replace_the_greedy_moves() -> None:
     vms += [vm("big", "hot", memory_gib=16), vm("x1", "c1", memory_gib=2)]
     vms += [vm("x2", "c2", memory_gib=2)]
     s = snapshot([host_state("hot"), host_state("c1"), host_state("c2")], vms)
-    searched, heuristic = _searched((d, s)), _heuristic((d, s))
+    return d, s
+
+
+def test_fewer_bigger_vms_replace_the_greedy_moves() -> None:
+    searched, heuristic = _searched(_bigger_vms()), _heuristic(_bigger_vms())
     assert _moves(searched) <= _moves(heuristic)
     assert all(sp.after <= 20 + 1e-6 for sp in searched.spreads)
     assert searched.optimal is False
+
+
+def test_every_solve_is_bounded_by_its_nodes_with_the_clock_far_above(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a solve the clock stops has found depends on the machine's load, so the work of
+    # every solve is bounded by nodes (deterministic) and the clock only as a safety net that a
+    # machine ten times slower would not reach: the search passes its own limits.
+    import scipy.optimize
+
+    real = scipy.optimize.milp
+    options: list[dict[str, float]] = []
+    searched: list[dict[str, object]] = []
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        given = kwargs.get("options")
+        assert isinstance(given, dict)
+        options.append(dict(given))
+        return real(*args, **kwargs)
+
+    real_solve = exact.solve
+
+    def solve(*args: object, **kwargs: object) -> object:
+        if kwargs.get("narrow") is not None:  # a sub-model of the search
+            searched.append(dict(kwargs))
+        return real_solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scipy.optimize, "milp", recorded)
+    monkeypatch.setattr(exact, "solve", solve)
+    run(*_bigger_vms())  # the whole model, fewest moves then memory
+    whole = len(options)
+    _searched(_bigger_vms())
+    assert whole >= 2
+    assert len(options) > whole
+    assert searched
+    for k in searched:
+        assert (k["nodes"], k["seconds"]) == (exact_near.NEAR_NODES, exact_near.NEAR_TIME_LIMIT)
+    nodes = {exact.NODE_LIMIT, exact.MEMORY_NODE_LIMIT, exact_near.NEAR_NODES}
+    for o in options:
+        assert o["node_limit"] in nodes, o
+        assert o["mip_rel_gap"] == exact.GAP, o
+        assert o["time_limit"] >= 60.0, o
+    assert options[0]["node_limit"] == exact.NODE_LIMIT
+    assert options[whole]["node_limit"] == exact_near.NEAR_NODES
