@@ -19,6 +19,7 @@ from reconciler.model.snapshot import (
     Snapshot,
     Unmigratable,
     UnmigratableReason,
+    VmDisk,
     VmRunState,
     VmState,
 )
@@ -409,4 +410,30 @@ def test_a_vm_in_flight_weighs_what_its_running_copy_uses_not_the_incoming_one()
         Verdict.SKIP,
         AdmitCode.NO_ROOM,
         "b memory would reach 53% (hostLimit 50%)",
+    )
+
+
+def test_a_stale_move_does_not_keep_the_moves_after_it_from_being_judged() -> None:
+    d, snap = _abc(vm("y", "a"))
+    first, second = admit(d, snap, [move("x", "a", "b"), move("y", "a", "b")], [], NOW)
+    assert (first.verdict, first.code) == (Verdict.SKIP, AdmitCode.VM_GONE)
+    assert second.move.vm == "y"
+    assert second.verdict is Verdict.ADMIT
+
+
+def test_a_vm_with_local_disks_is_skipped_when_the_policy_no_longer_lets_them_be_copied() -> None:
+    # planned as a copy move, but localDisks is block (the default) now: the policy's reason
+    local = vm("x", "a").model_copy(
+        update={
+            "migration_class": MigrationClass.COPY,
+            "disks": [VmDisk(target="vdb", source="/var/lib/x.qcow2", shared=False)],
+        }
+    )
+    d, snap = _abc(local)
+    planned = move("x", "a", "b").model_copy(update={"migration_class": MigrationClass.COPY})
+    assert _one(d, snap, planned) == (
+        Verdict.SKIP,
+        AdmitCode.UNMIGRATABLE,
+        "x has local disks vdb (/var/lib/x.qcow2) and spec.migration.localDisks is block "
+        "(copy would move it live with its disks)",
     )
