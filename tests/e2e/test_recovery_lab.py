@@ -282,6 +282,8 @@ def test_a_fence_that_fails_restarts_nothing_and_says_so(own_lab: Lab, tmp_path:
             60,
             "a failed fence",
         )
+        # /healthz is written once per round, after the fence counted in it: wait for its end
+        wait(lambda: healthz(port)[0] == 503, 30, "/healthz to turn 503")
         code, body = healthz(port)
         assert code == 503
         assert hung in str(body.get("message"))
