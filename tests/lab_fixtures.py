@@ -84,3 +84,29 @@ def own_lab(tmp_path: Path) -> Iterator[Lab]:
         yield started
     finally:
         stop_and_check(directory)
+
+
+def lab_with_local_pools(directory: Path, *, hosts: int, vms: int) -> Iterator[Lab]:
+    """A lab of its own whose hosts each have a running ``dir`` pool ``local`` (the disks of a
+    VM that are not on shared storage), for the moves that copy disks; stopped and checked at
+    the end."""
+    import libvirt  # the lab tests skip without it; plain tests import this module too
+
+    started = start_lab_or_skip(directory, hosts=hosts, vms=vms)
+    try:
+        for host in started.hosts:
+            conn = libvirt.open(host.uri)
+            try:
+                path = directory / "pools" / host.name
+                path.mkdir(parents=True)
+                pool = conn.storagePoolDefineXML(
+                    f"<pool type='dir'><name>local</name><target><path>{path}</path></target>"
+                    "</pool>"
+                )
+                pool.setAutostart(1)
+                pool.create(0)
+            finally:
+                conn.close()
+        yield started
+    finally:
+        stop_and_check(directory)

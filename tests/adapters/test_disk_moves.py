@@ -31,7 +31,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move, Reason
 from reconciler.model.policy import LocalDisks
 from reconciler.model.snapshot import MigrationClass, MoveIntent, ReconcilerState
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import lab_with_local_pools
 
 pytestmark = pytest.mark.lab
 
@@ -41,25 +41,7 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def disk_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    directory = tmp_path_factory.mktemp("disklab") / "lab"
-    started = start_lab_or_skip(directory, hosts=3, vms=3)
-    try:
-        for host in started.hosts:
-            conn = libvirt.open(host.uri)
-            try:
-                path = directory / "pools" / host.name
-                path.mkdir(parents=True)
-                pool = conn.storagePoolDefineXML(
-                    f"<pool type='dir'><name>local</name><target><path>{path}</path></target>"
-                    "</pool>"
-                )
-                pool.setAutostart(1)
-                pool.create(0)
-            finally:
-                conn.close()
-        yield started
-    finally:
-        stop_and_check(directory)
+    yield from lab_with_local_pools(tmp_path_factory.mktemp("disklab") / "lab", hosts=3, vms=3)
 
 
 def _desired(lab: Lab) -> DesiredState:

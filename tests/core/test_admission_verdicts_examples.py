@@ -175,13 +175,18 @@ def test_a_vm_on_a_host_outside_the_cluster_is_skipped_as_unreachable() -> None:
         "z is unreachable",
     )
     stuck = vm("x", "z", migratable=False).model_copy(
-        update={"unmigratable": [Unmigratable(code=UnmigratableReason.VTPM, detail="a vTPM")]}
+        update={
+            "unmigratable": [
+                Unmigratable(code=UnmigratableReason.VTPM, detail="a vTPM"),
+                Unmigratable(code=UnmigratableReason.HOST_DEVICE, detail="hostdev 0000:01:00.0"),
+            ]
+        }
     )
     snap = snapshot([host_state(h) for h in "abc"] + [host_state("z")], [stuck])
     assert _one(d, snap, move("x", "z", "b")) == (
         Verdict.SKIP,
         AdmitCode.UNMIGRATABLE,
-        "x cannot be live-migrated: a vTPM",
+        "x cannot be live-migrated: a vTPM; hostdev 0000:01:00.0",
     )
     plain = vm("x", "z", migratable=False)
     snap = snapshot([host_state(h) for h in "abc"] + [host_state("z")], [plain])

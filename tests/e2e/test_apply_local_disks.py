@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.adapters.lab import Lab
 from reconciler.cli import main
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import lab_with_local_pools
 
 pytestmark = pytest.mark.lab
 
@@ -24,24 +24,7 @@ MIB = 1024**2
 
 @pytest.fixture
 def disk_lab(tmp_path: Path) -> Iterator[Lab]:
-    directory = tmp_path / "lab"
-    started = start_lab_or_skip(directory, hosts=2, vms=0)
-    try:
-        for host in started.hosts:
-            conn = libvirt.open(host.uri)
-            try:
-                path = directory / "pools" / host.name
-                path.mkdir(parents=True)
-                pool = conn.storagePoolDefineXML(
-                    f"<pool type='dir'><name>local</name><target><path>{path}</path></target>"
-                    "</pool>"
-                )
-                pool.create(0)
-            finally:
-                conn.close()
-        yield started
-    finally:
-        stop_and_check(directory)
+    yield from lab_with_local_pools(tmp_path / "lab", hosts=2, vms=0)
 
 
 def _uri(lab: Lab, host: str) -> str:

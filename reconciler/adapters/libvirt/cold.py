@@ -24,16 +24,16 @@ import libvirt
 
 from reconciler.adapters.libvirt.disk_moves import (
     CHUNK,
+    NOT_STARTED,
     DiskMoveError,
     Volume,
     copy_time_limit,
-    refuse_existing,
-    source_volumes,
+    prepare_copy,
     verify_volumes,
 )
 from reconciler.adapters.libvirt.leftovers import Leftovers
 from reconciler.adapters.libvirt.pool import ConnectionPool
-from reconciler.errors import HostTimeout, HostUnreachable, ReconcilerError
+from reconciler.errors import ReconcilerError
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 
@@ -152,16 +152,11 @@ def cold_move(
     began = time.monotonic()
     src = pool.get(move.source)  # raises: nothing started yet
     try:
-        dom = src.lookupByUUIDString(uuid) if uuid else src.lookupByName(move.vm)
-        found: str = dom.UUIDString()
-        if dom.isActive():
-            raise DiskMoveError(f"{move.vm} is running on {move.source}, not shut off")
-        volumes = source_volumes(src, dom, list(move.disks))
-        dst = pool.get(move.target)
-        refuse_existing(dst, volumes)
-        _absent(dst, found, move)
-    except (libvirt.libvirtError, DiskMoveError, HostUnreachable, HostTimeout) as err:
+        setup = prepare_copy(src, pool, move, uuid, shut_off=True)
+        _absent(setup.dst, setup.uuid, move)
+    except NOT_STARTED as err:
         return _result(move, began, False, f"not started: {err}")
+    dom, found, volumes, dst = setup.dom, setup.uuid, setup.volumes, setup.dst
     leftovers = migrator.leftovers
     created: dict[str, Any] = {}
     defined: Any = None

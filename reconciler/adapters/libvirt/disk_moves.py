@@ -183,6 +183,35 @@ def verify_volumes(conn: Any, volumes: list[Volume]) -> str | None:
     return None
 
 
+NOT_STARTED: Final = (libvirt.libvirtError, DiskMoveError, HostUnreachable, HostTimeout)
+"""What ``prepare_copy`` raises: the move has not started and nothing has changed."""
+
+
+@dataclass(frozen=True)
+class CopySetup:
+    """What a disk-copying move works on, looked up and checked before it changes anything."""
+
+    dom: Any
+    uuid: str
+    volumes: list[Volume]
+    dst: Any
+
+
+def prepare_copy(
+    src: Any, pool: ConnectionPool, move: Move, uuid: str | None, *, shut_off: bool
+) -> CopySetup:
+    """Look up ``move.vm`` on ``src`` (by UUID when known), the volumes to copy and the target,
+    and refuse a target pool that already holds one of them. ``shut_off``: a cold move, which
+    refuses a running VM. Raises one of ``NOT_STARTED``."""
+    dom = src.lookupByUUIDString(uuid) if uuid else src.lookupByName(move.vm)
+    if shut_off and dom.isActive():
+        raise DiskMoveError(f"{move.vm} is running on {move.source}, not shut off")
+    volumes = source_volumes(src, dom, list(move.disks))
+    dst = pool.get(move.target)
+    refuse_existing(dst, volumes)
+    return CopySetup(dom=dom, uuid=dom.UUIDString(), volumes=volumes, dst=dst)
+
+
 def live_copy(
     migrator: LibvirtMigrator,
     pool: ConnectionPool,
@@ -196,13 +225,10 @@ def live_copy(
     began = time.monotonic()
     src = pool.get(move.source)  # raises: nothing started yet
     try:
-        dom = src.lookupByUUIDString(uuid) if uuid else src.lookupByName(move.vm)
-        found: str = dom.UUIDString()
-        volumes = source_volumes(src, dom, list(move.disks))
-        dst = pool.get(move.target)
-        refuse_existing(dst, volumes)
-    except (libvirt.libvirtError, DiskMoveError, HostUnreachable, HostTimeout) as err:
+        setup = prepare_copy(src, pool, move, uuid, shut_off=False)
+    except NOT_STARTED as err:
         return failed_before_start(move, began, f"not started: {err}")
+    found, volumes = setup.uuid, setup.volumes
     leftovers = migrator.leftovers
     leftovers.expect(move.target, volumes, found)  # libvirt may precreate them
     try:
