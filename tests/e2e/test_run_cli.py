@@ -108,8 +108,9 @@ def test_run_reacts_to_edits_stalls_on_an_invalid_policy_and_exits_0_on_sigterm(
     one = Instance(folder, state, tmp_path / "one.log")
     try:
         wait_for(lambda: _rounds(state) >= 1)
+        # the status file is written in the round, the metrics and /healthz just after it
+        wait_for(lambda: one.metric('reconciler_host_reachable{cluster="live",host="node-1"} 1.0'))
         assert one.metric('reconciler_leader{cluster="live"} 1.0')
-        assert one.metric('reconciler_host_reachable{cluster="live",host="node-1"} 1.0')
         r = one.get("/healthz")
         assert r is not None
         assert r.status_code == 200
@@ -144,10 +145,13 @@ def test_a_standby_takes_over_when_the_active_instance_is_killed(
         wait_for(lambda: one.metric('reconciler_leader{cluster="live"} 1.0'))
         two = Instance(folder, state, tmp_path / "two.log")
         standby = two
-        wait_for(lambda: (x := standby.get("/healthz")) is not None and x.status_code == 200)
+        # 200 from the start ("starting"), "standby" once it has found the lock held
+        wait_for(
+            lambda: (x := standby.get("/healthz")) is not None and x.json()["state"] == "standby"
+        )
         r = two.get("/healthz")
         assert r is not None
-        assert r.json()["state"] == "standby"
+        assert r.status_code == 200
         assert two.metric('reconciler_leader{cluster="live"} 0.0')
         one.proc.kill()
         one.proc.wait()
