@@ -76,7 +76,9 @@ class Instance:
         self.log.close()
 
 
-def wait_for(check: Callable[[], object], timeout: float = 20) -> float:
+def wait_for(check: Callable[[], object], timeout: float = 60) -> float:
+    """Seconds until ``check()`` holds; generous by default, as a process starting on a loaded
+    machine may take many seconds to answer."""
     start = time.monotonic()
     while not check():
         assert time.monotonic() - start < timeout, "timed out"
