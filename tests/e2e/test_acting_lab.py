@@ -16,7 +16,15 @@ import pytest
 
 from reconciler.adapters.lab import Lab
 from tests.e2e.test_apply_cli import _apply_process, _one_at_a_time, assert_sound, reconciler
-from tests.e2e.test_run_lab import ROOT, free_port, metric, mode_apply, stop, wait_until
+from tests.e2e.test_run_lab import (
+    ROOT,
+    free_port,
+    metric,
+    mode_apply,
+    settled,
+    stop,
+    wait_until,
+)
 from tests.gitrepos import git, state_remote
 
 pytestmark = pytest.mark.lab
@@ -101,12 +109,15 @@ def test_run_repo_in_apply_mode_commits_its_moves_and_a_standby_moves_nothing_ba
             return out.split()
 
         wait_until("an audit commit", lambda: bool(audit_commits()), 180, log)
+        # nothing left to do, with no migration in flight around the plan that says so
         wait_until(
             "balanced",
-            lambda: reconciler(
+            lambda: settled(own_lab)
+            and reconciler(
                 capsys, "plan", "cluster-state", "--repo", url, "--cache-dir", tmp_path / "c"
             )[0]
-            == 0,
+            == 0
+            and settled(own_lab),
             180,
             log,
         )

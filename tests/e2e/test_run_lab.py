@@ -35,6 +35,15 @@ def running_on(lab: Lab, vm: str) -> list[str]:
     return [h for h, _, state in domains(lab).get(vm, []) if state == libvirt.VIR_DOMAIN_RUNNING]
 
 
+def settled(lab: Lab) -> bool:
+    """Whether no migration is in flight: what ``assert_sound`` checks, without raising."""
+    try:
+        assert_sound(lab)
+    except AssertionError:
+        return False
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,11 +129,13 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
             60,
             log,
         )
-        # It balances on its own: migrations succeed, then a plan has nothing left to do.
+        # It balances on its own: migrations succeed, then a plan has nothing left to do, with
+        # no migration in flight around it (a plan does not count a VM that is on its way).
         wait_until(
             "balanced by migrations",
             lambda: (metric(first_port, "reconciler_migrations_total", 'outcome="succeeded"') or 0)
             > 0
+            and settled(own_lab)
             and subprocess.run(
                 [
                     sys.executable,
@@ -139,7 +150,8 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
                 check=False,
             ).returncode
-            == 0,
+            == 0
+            and settled(own_lab),
             180,
             log,
         )
