@@ -51,6 +51,6 @@ def test_an_unconfirmed_hold_acts_on_nothing_says_so_and_wakes_the_loop_soon(
     with caplog.at_level(logging.WARNING):
         assert not confirm(plan())
     assert "could not be confirmed (held by other-instance)" in caplog.text
-    assert wakeup.event.wait(2), "the round is tried again soon"
+    assert wakeup.event.wait(30), "the round is tried again soon"  # its timer: 0.05 s
     assert wakeup.take() == ["hold"]
     keeper.stop()
