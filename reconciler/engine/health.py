@@ -44,6 +44,14 @@ class Health:
             True, "standby", "Standby", f"the lease is held by {holder or 'another instance'}"
         )
 
+    def leading(self) -> None:
+        """The lease was just taken: no longer a standby, though no round of its own has ended
+        (``reconciler_leader`` already reads 1; /healthz must not still say standby)."""
+        with self._lock:
+            if self._state != "standby":
+                return
+        self._set(True, "starting", "LeaseAcquired", "holds the lease; its first round is running")
+
     def stalled(self, reason: str, message: str) -> None:
         self._set(False, "stalled", reason, message)
 

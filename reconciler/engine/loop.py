@@ -174,6 +174,7 @@ class Loop:
             self.next_due = None  # a new leader reconciles at once
             return
         self.metrics.set_leader(True)
+        self.health.leading()
         now = self.clock.now()
         if self.next_due is not None and now < self.next_due and not self.wakeup.event.is_set():
             self.sleep((self.next_due - now).total_seconds(), self.wakeup.event)

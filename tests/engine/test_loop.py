@@ -238,10 +238,17 @@ def test_standby_runs_no_round_until_it_holds_the_lease() -> None:
     assert loop.health.report()["state"] == "standby"
     assert sample(loop, "reconciler_leader") == 0
     leader.held = True
+    during: list[tuple[object, float]] = []
+    rnd.on_call = lambda: during.append(
+        (loop.health.report()["state"], sample(loop, "reconciler_leader"))
+    )
     loop.wakeup.trigger(triggers.LEADER)
     run_until(loop, rnd, 1)
     assert rnd.calls[0].trigger == "leader"
     assert sample(loop, "reconciler_leader") == 1
+    # while its first round runs, /healthz no longer says standby (the gauge already says 1)
+    assert during[0] == ("starting", 1)
+    assert loop.health.report()["state"] == "ok"
 
 
 def test_a_lease_not_confirmed_before_acting_makes_the_round_observe_only() -> None:
