@@ -32,6 +32,7 @@ from enum import StrEnum
 
 from reconciler.core.admission_view import AdmissionView
 from reconciler.core.feasibility import check_move
+from reconciler.core.hugepages import need_of, used_after
 from reconciler.core.rules import domain_of
 from reconciler.core.state import Journal, Model, build
 from reconciler.model.base import Frozen
@@ -224,7 +225,20 @@ def _counted_once(
     if not doubled:
         return snapshot
     vms = [v for v in snapshot.vms if v.name not in doubled or v.host == sources[v.name]]
-    return snapshot.model_copy(update={"vms": vms})
+    # The incoming copy holds its huge pages on the target already; the move counts them
+    # there once it is applied, so they count as free, else the target's room loses them.
+    freed: dict[str, list[tuple[int, int]]] = {}
+    for v in snapshot.vms:
+        need = need_of(v)
+        if v.name in doubled and v.host != sources[v.name] and need is not None:
+            freed.setdefault(v.host, []).append(need)
+    hosts = [
+        h.model_copy(update={"hugepages_free": used_after(h.hugepages_free, freed[h.name])})
+        if h.name in freed and h.hugepages_free is not None
+        else h
+        for h in snapshot.hosts
+    ]
+    return snapshot.model_copy(update={"vms": vms, "hosts": hosts})
 
 
 def _apply(journal: Journal, model: Model, m: Move) -> None:

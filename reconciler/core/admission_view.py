@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from reconciler.core.capacity import HostInfo, VmInfo
+from reconciler.core.hugepages import need_of
 from reconciler.core.state import Model, State, build, host_info, vm_info
 from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import HostState, InFlight, Snapshot, VmState
@@ -108,6 +109,8 @@ class AdmissionView:
             return
         pos, first = seen[0]
         was = [vm.host for _, vm in seen]
+        if first.host != host:
+            self._pages_moved(first, host)
         for h in was:
             self._names_on.get(h, set()).discard(name)
         self._sightings[name] = [(pos, first.model_copy(update={"host": host}))]
@@ -159,6 +162,9 @@ class AdmissionView:
         or drop it when the change is not one a build would give in place."""
         assert self._built is not None
         model, a, b = self._built
+        if model.paged:
+            self._built = None  # a host's room counts every VM on it: built again
+            return
         desired = self.desired
         # the model's own lists (see :meth:`model`): checked first, changed only when all fit
         host_infos = cast("list[HostInfo]", model.hosts)
@@ -192,6 +198,9 @@ class AdmissionView:
                 self._built = None  # rule membership may change
                 return
             new_vm = vm_info(vm, spec, v, in_flight=False, shadow=False)
+            if new_vm.pages:
+                self._built = None  # the model starts counting huge pages
+                return
             if new_vm != vms[v] or observed[v] != h:
                 new_vms.append((new_vm, h))
         for hi in new_hosts:
@@ -213,6 +222,19 @@ class AdmissionView:
     def _add(self, vm: VmState) -> None:
         self._sightings.setdefault(vm.name, []).append((next(self._order), vm))
         self._names_on.setdefault(vm.host, set()).add(vm.name)
+
+    def _pages_moved(self, vm: VmState, host: str) -> None:
+        """``vm`` left its host for ``host``: the pages it holds are free where it was and
+        taken where it is, so each host's room (free plus held) stays what it was."""
+        need = need_of(vm)
+        if need is None:
+            return
+        kib, pages = need
+        for name, sign in ((vm.host, 1), (host, -1)):
+            h = self._hosts.get(name)
+            if h is not None and h.hugepages_free is not None and kib in h.hugepages_free:
+                free = {**h.hugepages_free, kib: max(0, h.hugepages_free[kib] + sign * pages)}
+                self._hosts[name] = h.model_copy(update={"hugepages_free": free})
 
     def _in_flight(self) -> list[InFlight]:
         out = []

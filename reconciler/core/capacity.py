@@ -46,6 +46,9 @@ class HostInfo:
     """Denominator of CPU utilisation (cores for ``used``, vCPU capacity for ``allocated``)."""
     max_outbound: int
     max_inbound: int
+    page_room: Mapping[int, int] | None = None
+    """Page size in KiB -> huge pages the VMs on it may hold (:mod:`reconciler.core.hugepages`);
+    None: not limited (no VM uses huge pages, or the host reported none)."""
 
     @property
     def accepts(self) -> bool:
@@ -84,7 +87,11 @@ class VmInfo(NamedTuple):
     """Its local disks (guest devices), copied by a move."""
     disk_bytes: int = 0
     refused_by: tuple[tuple[str, str], ...] = ()
-    """(host, why) for each host that would refuse it (CPU, hugepages, machine type)."""
+    """(host, why) for each host that would refuse it (CPU, machine type)."""
+    page_kib: int = 0
+    """Its huge page size in KiB when backed by huge pages and active, else 0."""
+    pages: int = 0
+    """Huge pages of ``page_kib`` it holds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ disks) among plans that cheap, whose final state is one where
   flight, excluded, unmigratable, cooling down or young unless a mandatory rule needs them to
   move) stay; a drifted VM under ``drift: revert`` is back on its placement host;
 - every host keeps its guests' memory, vCPUs (with cpuOvercommit) and utilisation within
-  usable capacity (after reserves) and ``hostLimit``;
+  usable capacity (after reserves) and ``hostLimit``, and their huge pages of each size
+  within its room (:mod:`reconciler.core.hugepages`);
 - every required antiAffinity holds (one member per host or topology value), counted over all
   its members, whatever their architecture;
 - each architecture's score spread is within its own target (the threshold, or what the
@@ -52,6 +53,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.core.capacity import VmInfo
 from reconciler.core.feasibility import check_move
 from reconciler.core.state import State
 
@@ -234,10 +236,14 @@ def solve(
     staying = [v for v, _ in fixed]
     for h in all_hosts:  # in-flight second sightings still load their host
         staying.extend(v for v in state.vms_on[h] if model.vms[v].shadow)
+    base_pages: dict[int, dict[int, int]] = {}  # host -> page size -> pages held by who stays
     for v in staying:
         b = base.get(state.host_of[v])
         if b is not None:
             vm = model.vms[v]
+            if vm.pages:
+                held = base_pages.setdefault(state.host_of[v], {})
+                held[vm.page_kib] = held.get(vm.page_kib, 0) + vm.pages
             b[0] += vm.memory
             b[1] += vm.vcpus
             b[2] += vm.cpu_load
@@ -255,6 +261,8 @@ def solve(
                 -inf,
                 host.usable_memory - b[0],
             )
+            if host.page_room is not None:
+                _page_rows(row, host.page_room, ids, vm_of, base_pages.get(h, {}))
             row(
                 [(i, vm.vcpus) for i, vm in zip(ids, vm_of, strict=True)],
                 -inf,
@@ -348,6 +356,23 @@ def solve(
     return _read(state, members, cols, counts, fixed, res.status == 0)
 
 
+def _page_rows(
+    row: Callable[[list[tuple[int, float]], float, float], None],
+    room: Mapping[int, int],
+    ids: Sequence[int],
+    vm_of: Sequence[VmInfo],
+    held: Mapping[int, int],
+) -> None:
+    """Per huge page size the columns ending on one host use: their pages fit its room less
+    what the VMs that stay there hold."""
+    sizes = sorted({vm.page_kib for vm in vm_of if vm.pages})
+    for kib in sizes:
+        terms = [
+            (i, float(vm.pages)) for i, vm in zip(ids, vm_of, strict=True) if vm.page_kib == kib
+        ]
+        row(terms, -float("inf"), room.get(kib, 0) - held.get(kib, 0))
+
+
 def limits(nodes: int, seconds: float) -> dict[str, object]:
     """The options of every solve: the work bounded by nodes and gap, the clock a safety net."""
     return {"node_limit": nodes, "mip_rel_gap": GAP, "time_limit": seconds, "presolve": True}
@@ -400,6 +425,8 @@ def _classes(
             vm.mem_load,
             model.rules.host_rules[v],
             model.rules.vm_groups[v],
+            vm.page_kib,
+            vm.pages,
         )
         classes.setdefault(key, (allowed, []))[1].append(v)
     return classes, fixed

@@ -1,9 +1,10 @@
 """Whether one move may happen now, and what it costs in preferred rules.
 
 A move of VM ``v`` to host ``t`` is feasible when ``t`` is known, not in maintenance, of the
-same CPU architecture as the VM's host, has room (memory incl. reserves, vCPUs within
-``cpuOvercommit``, CPU and memory utilisation within ``hostLimit``), every required host rule
-of ``v`` permits ``t``, and no required group rule of ``v`` gets a higher violation measure.
+same CPU architecture as the VM's host, has room (memory incl. reserves, huge pages of the VM's
+size when it is backed by them, vCPUs within ``cpuOvercommit``, CPU and memory utilisation
+within ``hostLimit``), every required host rule of ``v`` permits ``t``, and no required group
+rule of ``v`` gets a higher violation measure.
 A VM that shares its host with another member of one of its required affinity groups never
 moves alone: that would split its unit (see :mod:`reconciler.core.units`), even where the
 affinity is broken already and its measure would not rise.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.core.capacity import pct
+from reconciler.core.hugepages import refusal_text
 from reconciler.core.rules import describe_kind, domain_of
 from reconciler.core.state import State
 from reconciler.model.quantity import format_size
@@ -55,6 +57,11 @@ def check_move(state: State, v: int, t: int, *, alone: bool = True) -> Refusal |
         return Refusal(
             "memory", f"{host.name} has {_gib(free)} free, the VM needs {_gib(vm.memory)}"
         )
+    if vm.pages and host.page_room is not None and state.pages is not None:
+        room = host.page_room.get(vm.page_kib, 0)
+        need = state.pages[t].get(vm.page_kib, 0) + vm.pages
+        if need > room:
+            return Refusal("hugepages", refusal_text(host.name, vm.page_kib, room, need))
     if state.vcpus[t] + vm.vcpus > host.vcpu_capacity + EPSILON:
         return Refusal(
             "vcpus",

@@ -28,16 +28,20 @@ def place(
     labels: dict[str, str],
     name: str = "new-vm",
     now: datetime,
+    hugepages: tuple[int, int] | None = None,
 ) -> PlaceResult:
     """The best host for a new VM of ``vcpus`` and ``memory`` bytes, or why none fits.
 
     ``now`` is accepted for symmetry with :func:`reconciler.core.planner.plan`; no rule about
-    a VM that does not exist yet depends on time.
+    a VM that does not exist yet depends on time. ``hugepages``: (page size in KiB, pages)
+    when its memory is to be backed by huge pages.
     """
     del now
-    model, state = build(
-        desired, snapshot, NewVm(name=name, vcpus=vcpus, memory=memory, labels=labels)
+    kib, pages = hugepages or (None, 0)
+    new = NewVm(
+        name=name, vcpus=vcpus, memory=memory, labels=labels, hugepage_kib=kib, hugepages=pages
     )
+    model, state = build(desired, snapshot, new)
     v = len(model.vms) - 1
     candidates: list[Candidate] = []
     best: tuple[int, int, float, str] | None = None

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from reconciler.core.hugepages import need_in_xml
 from reconciler.core.placer import place
 from reconciler.core.selectors import matches
 from reconciler.model.base import HostName, VmName, VmUuid
@@ -102,6 +103,7 @@ def restart_plan(
             labels=vm.labels,
             name=vm.name,
             now=now,
+            hugepages=need_in_xml(vm.xml),
         )
         if answer.host is None:
             reasons = "; ".join(
@@ -122,6 +124,7 @@ def _without_reserve(desired: DesiredState) -> DesiredState:
 
 
 def _running(vm: SavedVm, host: str) -> VmState:
+    kib, pages = need_in_xml(vm.xml) or (None, 0)
     return VmState(
         name=VmName(vm.name),
         uuid=VmUuid(vm.uuid),
@@ -131,6 +134,8 @@ def _running(vm: SavedVm, host: str) -> VmState:
         memory_max=vm.memory,
         memory_current=vm.memory,
         labels=vm.labels,
+        hugepage_kib=kib,
+        hugepages=pages,
     )
 
 

@@ -8,6 +8,7 @@ A :class:`State` is only ever changed by the planner function that owns it; call
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from reconciler.core.capacity import (
     vm_loads,
     weights_of,
 )
+from reconciler.core.hugepages import need_of, rooms
 from reconciler.core.movable import copy_bytes, why_fixed
 from reconciler.core.rules import CompiledRules, DomainCounts, compile_rules, domain_of, new_counts
 from reconciler.model.base import Frozen
@@ -40,6 +42,10 @@ class NewVm(Frozen):
     vcpus: int
     memory: int
     labels: dict[str, str]
+    hugepage_kib: int | None = None
+    """Page size in KiB when its memory is to be backed by huge pages."""
+    hugepages: int = 0
+    """Pages of that size it takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,8 @@ class Model:
     """Host index of each VM as observed, -1 for a VM that does not exist yet."""
     arches: Mapping[str, tuple[int, ...]]
     """Architecture -> known hosts that are not in maintenance."""
+    paged: bool = False
+    """Some VM is backed by huge pages: states count pages per host and size."""
 
     def arch_of(self, host: int) -> str:
         return self.hosts[host].arch or UNKNOWN_ARCH
@@ -66,7 +74,17 @@ class Model:
 class State:
     """VM -> host and per-host totals, updated move by move."""
 
-    __slots__ = ("cpu_load", "counts", "host_of", "mem_load", "memory", "model", "vcpus", "vms_on")
+    __slots__ = (
+        "counts",
+        "cpu_load",
+        "host_of",
+        "mem_load",
+        "memory",
+        "model",
+        "pages",
+        "vcpus",
+        "vms_on",
+    )
 
     def __init__(self, model: Model, host_of: list[int]) -> None:
         self.model = model
@@ -77,6 +95,8 @@ class State:
         self.vcpus = [0] * n
         self.cpu_load = [0.0] * n
         self.mem_load = [0.0] * n
+        self.pages: list[dict[int, int]] | None = [{} for _ in range(n)] if model.paged else None
+        """Host -> page size in KiB -> huge pages its VMs hold (None: no VM uses them)."""
         for vm in model.vms:
             h = host_of[vm.index]
             if h >= 0:
@@ -92,6 +112,9 @@ class State:
         self.vcpus[h] += sign * vm.vcpus
         self.cpu_load[h] += sign * vm.cpu_load
         self.mem_load[h] += sign * vm.mem_load
+        if vm.pages and self.pages is not None:
+            held = self.pages[h]
+            held[vm.page_kib] = held.get(vm.page_kib, 0) + sign * vm.pages
 
     def copy(self) -> State:
         new = State.__new__(State)
@@ -102,6 +125,7 @@ class State:
         new.vcpus = list(self.vcpus)
         new.cpu_load = list(self.cpu_load)
         new.mem_load = list(self.mem_load)
+        new.pages = None if self.pages is None else [dict(p) for p in self.pages]
         new.counts = [c.copy() for c in self.counts]
         return new
 
@@ -222,6 +246,7 @@ def vm_info(
     """The model's view of one observed VM (one sighting of it)."""
     vcpus, memory, cpu, mem = vm_loads(vm, spec)
     fixed = why_fixed(vm, spec)
+    need = need_of(vm)
     return VmInfo(
         index=index,
         name=vm.name,
@@ -239,6 +264,8 @@ def vm_info(
         disks=tuple(d.target for d in vm.disks if not d.shared),
         disk_bytes=vm.disk_bytes,
         refused_by=tuple(sorted(vm.refused_by.items())),
+        page_kib=need[0] if need is not None else 0,
+        pages=need[1] if need is not None else 0,
     )
 
 
@@ -291,9 +318,18 @@ def build(
                 mem_load=float(new_vm.memory),
                 in_flight=False,
                 migratable=True,
+                page_kib=new_vm.hugepage_kib or 0,
+                pages=new_vm.hugepages if new_vm.hugepage_kib else 0,
             )
         )
         observed_host.append(-1)
+    paged = any(vm.pages for vm in vms)
+    if paged:
+        room = rooms(snapshot.hosts, snapshot.vms)
+        hosts = [
+            dataclasses.replace(h, page_room=room[h.name]) if h.name in room and h.known else h
+            for h in hosts
+        ]
     arches: dict[str, list[int]] = {}
     for hi in hosts:
         if hi.accepts:
@@ -307,5 +343,6 @@ def build(
         vm_index=vm_index,
         observed=tuple(observed_host),
         arches={a: tuple(v) for a, v in sorted(arches.items())},
+        paged=paged,
     )
     return model, State(model, list(observed_host))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from reconciler.core.capacity import pct
 from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
+from reconciler.core.hugepages import refusal_text, used_after
 from reconciler.core.rules import describe_kind
 from reconciler.core.state import State
 from reconciler.model.plan import UnsatisfiableCode
@@ -27,7 +28,7 @@ MAX_EVICTIONS = 3
 """VMs that may leave a host to make room for one unit."""
 ROOM_HOSTS = 8
 """Hosts tried for making room when a unit fits on none (most free memory first)."""
-CAPACITY = frozenset({"memory", "vcpus", "hostLimit"})
+CAPACITY = frozenset({"memory", "hugepages", "vcpus", "hostLimit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,9 @@ def check_unit(state: State, unit: Sequence[int], t: int, limits: Limits) -> Ref
     free = host.usable_memory - state.memory[t]
     if mem > free:
         return Refusal("memory", f"{host.name} has too little free memory for {names}")
+    pages = unit_pages(state, moving, t)
+    if pages is not None:
+        return pages
     if state.vcpus[t] + vcpus > host.vcpu_capacity + EPSILON:
         return Refusal("vcpus", f"{host.name} has too few vCPUs for {names}")
     limit = model.weights.host_limit
@@ -175,6 +179,21 @@ def check_unit(state: State, unit: Sequence[int], t: int, limits: Limits) -> Ref
     ):
         return Refusal("hostLimit", f"{host.name} would go over hostLimit {limit:g}% with {names}")
     return _groups_after(state, moving, t)
+
+
+def unit_pages(state: State, moving: Sequence[int], t: int) -> Refusal | None:
+    """Why host ``t`` has too few huge pages for ``moving`` all at once, if it has."""
+    room = state.model.hosts[t].page_room
+    if room is None or state.pages is None:
+        return None
+    vms = state.model.vms
+    adds = [(vms[m].page_kib, vms[m].pages) for m in moving if vms[m].pages]
+    for kib, need in sorted(used_after({}, adds).items()):
+        planned = state.pages[t].get(kib, 0) + need
+        if planned > room.get(kib, 0):
+            name = state.model.hosts[t].name
+            return Refusal("hugepages", refusal_text(name, kib, room.get(kib, 0), planned))
+    return None
 
 
 def _group(refusal: Refusal) -> bool:

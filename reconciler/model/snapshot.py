@@ -165,7 +165,19 @@ class VmState(Frozen):
     )
     refused_by: dict[HostName, str] = Field(
         default_factory=dict,
-        description="Hosts that would refuse it (CPU, hugepages, machine type), each with why.",
+        description="Hosts that would refuse it (CPU, machine type), each with why.",
+    )
+    hugepage_kib: int | None = Field(
+        default=None,
+        gt=0,
+        description="Page size in KiB when its memory is backed by huge pages (its XML's "
+        "<memoryBacking><hugepages>; 2048 when no size is given); None: ordinary memory.",
+    )
+    hugepages: int = Field(
+        default=0,
+        ge=0,
+        description="Huge pages of hugepageKib its memory takes (memory rounded up to pages); "
+        "held on its host while it runs.",
     )
 
 
@@ -183,6 +195,12 @@ class HostState(Frozen):
     memory_free: int | None = Field(default=None, ge=0, description="Bytes.")
     cpu_utilisation: float | None = Field(
         default=None, ge=0, le=100, description="Host CPU busy, percent."
+    )
+    hugepages_free: dict[int, int] | None = Field(
+        default=None,
+        description="Free huge pages per page size in KiB (getFreePages, all NUMA cells "
+        "together) for each huge page size the host offers; None: not reported, and VMs "
+        "backed by huge pages are not limited there.",
     )
     libvirt_version: str | None = None
     hypervisor: str | None = Field(default=None, description="Driver type, e.g. QEMU.")

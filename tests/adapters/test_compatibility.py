@@ -1,4 +1,4 @@
-"""Hosts that would refuse a VM, asked of libvirt while observing: CPU, hugepages, machine type.
+"""Hosts that would refuse a VM, asked of libvirt while observing: CPU and machine type.
 
 Fakes stand in where libvirt's test driver has no such calls; the real daemons of a lab answer
 the questions the fakes cannot vouch for."""
@@ -38,7 +38,7 @@ def _error(code: int, message: str) -> libvirt.libvirtError:
 
 
 class FakeConn:
-    """Answers the three questions as told; counts what it was asked."""
+    """Answers the questions as told; counts what it was asked."""
 
     def __init__(
         self,
@@ -134,12 +134,14 @@ def test_an_unknown_machine_type_or_emulator_is_refused() -> None:
     assert "pc-q35-7.2" in refused[("u", "h0")]["h1"]
 
 
-def test_hugepages_only_where_enough_are_free() -> None:
+def test_hugepages_are_no_refusal_here_the_planner_counts_them() -> None:
+    # a per-VM refusal against what is free now would keep a VM off a host that a move of
+    # the same plan empties first: the free pages are observed with the host instead
     backing = "<memoryBacking><hugepages/></memoryBacking>"  # 4 GiB: 2048 pages of 2 MiB
-    conns = {"h0": FakeConn(), "h1": FakeConn(free_pages=2047), "h2": FakeConn(free_pages=2048)}
+    conns = {"h0": FakeConn(), "h1": FakeConn(free_pages=0)}
     refused = _compat(conns).refusals([Candidate("h0", "u", _needs(backing=backing))], list(conns))
-    assert list(refused[("u", "h0")]) == ["h1"]
-    assert "2048 hugepages of 2048 KiB" in refused[("u", "h0")]["h1"]
+    assert refused == {}
+    assert "pages" not in conns["h1"].asked
 
 
 def test_a_shut_off_vm_is_checked_for_its_machine_type_only() -> None:
@@ -206,19 +208,13 @@ def test_the_real_daemon_answers_each_question(two_hosts: Lab) -> None:
                     "<feature policy='require' name='avx512f'/></cpu>",
                 ),
             ),
-            Candidate(
-                "kvm-01",
-                "hugepages",
-                replace(base, hugepage_kib=2048, memory=1 << 40),
-            ),
         ]
         refused = compat.refusals(bad, ["kvm-01", "kvm-02"])
     whys = {uuid: hosts["kvm-02"] for (uuid, _), hosts in refused.items()}
-    assert set(whys) == {"machine", "emulator", "cpu", "hugepages"}, whys
+    assert set(whys) == {"machine", "emulator", "cpu"}, whys
     assert "pc-none-0.1" in whys["machine"]
     assert "/nonexistent/qemu" in whys["emulator"]
     assert "avx512f" in whys["cpu"]
-    assert "hugepages" in whys["hugepages"]
 
 
 @pytest.mark.lab
@@ -231,3 +227,27 @@ def test_observing_a_lab_gathers_refusals_into_the_snapshot(two_hosts: Lab, tmp_
     snap = LibvirtClusterObserver(d.cluster, sample_interval=0).observe()
     assert snap.vms
     assert all(v.refused_by == {} for v in snap.vms)
+
+
+def _sysfs_free_pages() -> dict[int, int]:
+    """What the kernel says is free, per huge page size in KiB, for the whole machine."""
+    out = {}
+    for folder in Path("/sys/kernel/mm/hugepages").glob("hugepages-*kB"):
+        size = int(folder.name.removeprefix("hugepages-").removesuffix("kB"))
+        out[size] = int((folder / "free_hugepages").read_text())
+    return out
+
+
+@pytest.mark.lab
+def test_observing_a_lab_reports_each_hosts_free_huge_pages(two_hosts: Lab) -> None:
+    """The daemons share this machine's kernel: each reports its free pages per size."""
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+    from reconciler.config import load_desired
+
+    d = load_desired(two_hosts.cluster_dir)
+    kernel = _sysfs_free_pages()
+    if not kernel:
+        pytest.skip("this kernel has no huge page sizes")
+    snap = LibvirtClusterObserver(d.cluster, sample_interval=0).observe()
+    for host in snap.hosts:
+        assert host.hugepages_free == kernel, host.name

@@ -94,7 +94,7 @@ def test_many_hosts_observed_correctly(tmp_path: Path) -> None:
     assert first.memory_total == 65536 * 1024**2
     # bulk: a fixed number of calls per host plus one XMLDesc per VM; the test driver's CPU
     # figures are fixed, so there is one sample of them (no getCPUStats, no second sweep)
-    assert {h.libvirt_calls for h in snap.hosts} == {10 + 30}
+    assert {h.libvirt_calls for h in snap.hosts} == {11 + 30}
     assert {h.cpu_utilisation for h in snap.hosts} == {None}
     assert {vm.cpu_used for vm in snap.vms} == {None}
 
@@ -349,7 +349,7 @@ def test_cpu_samples_are_two_sweeps_not_a_pause_per_host(
     snap = observe_cluster(cluster, sample_interval=0.5, concurrency=1)
     elapsed = time.monotonic() - began
     assert all(h.reachable for h in snap.hosts)
-    assert {h.libvirt_calls for h in snap.hosts} == {13 + 2}  # both sweeps were made
+    assert {h.libvirt_calls for h in snap.hosts} == {14 + 2}  # both sweeps were made
     # one thread sleeping 0.5 s per host would need 6 s
     assert elapsed < 4, f"{elapsed:.1f}s: the sample interval was waited per host"
 
@@ -380,8 +380,8 @@ def test_the_test_driver_cpu_figures_are_fixed_so_one_sample_tells_all(
         return hosts, [vm.model_dump() for vm in snap.vms]
 
     assert shape(one) == shape(two)
-    assert {h.libvirt_calls for h in one.hosts} == {10 + 4}
-    assert {h.libvirt_calls for h in two.hosts} == {13 + 4}
+    assert {h.libvirt_calls for h in one.hosts} == {11 + 4}
+    assert {h.libvirt_calls for h in two.hosts} == {14 + 4}
     # a host whose VMs report CPU time gets its second sample, in this process or not
     timed = [(None, {"state.state": 1, "cpu.time": 5})]
     assert not observe_host.repeats_first_sample("test:///default", timed)

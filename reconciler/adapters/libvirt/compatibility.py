@@ -1,6 +1,6 @@
 """Which hosts would refuse a VM, asked of libvirt while observing, before anything is planned.
 
-Three questions, each to the target host's libvirt:
+Two questions, each to the target host's libvirt:
 
 - CPU: a VM whose CPU mode is ``host-model`` or ``host-passthrough`` (or ``maximum``) goes only
   where ``compareHypervisorCPU`` (with ``FAIL_INCOMPATIBLE``, so the answer names what is
@@ -12,10 +12,12 @@ Three questions, each to the target host's libvirt:
   of different CPU models stays immovable besides (``HostPassthroughCpu``): it gets the whole
   host CPU, more than any comparison covers. Answers are cached per target host and CPU
   definition (which names the source's model), so hosts of one model are asked once per target.
-- Hugepages: a VM backed by hugepages goes only where the target has enough of that page size
-  free (``getFreePages``). Moves to the same target within one plan are not summed here.
 - Machine type and emulator: ``getDomainCapabilities`` for the VM's emulator, architecture,
   machine type and domain type must succeed on the target; cached per target and those four.
+
+Huge pages are not a question here: a host's free pages are observed with the host, and the
+planner counts them as a capacity, summed over every VM it plans onto the host
+(:mod:`reconciler.core.hugepages`). ``Needs`` still reads a VM's page size and memory for it.
 
 A driver that does not implement a call (libvirt's test driver) answers nothing, and nothing
 is refused on its account. Every call runs on a worker thread and is waited for at most the
@@ -30,18 +32,18 @@ import contextlib
 import hashlib
 import logging
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import libvirt
 
+from reconciler.core.hugepages import DEFAULT_PAGE_KIB, kib_of
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_HUGEPAGE_KIB: Final = 2048
-"""The page size of ``<hugepages/>`` without a ``<page>``: x86_64's default huge page."""
 _CPU_MODES: Final = frozenset({"host-model", "host-passthrough", "maximum"})
 
 
@@ -81,10 +83,10 @@ def needs_of(domain: ET.Element) -> Needs:
     page_kib = None
     if hugepages is not None:
         page = hugepages.find("page")
-        page_kib = _kib(page.get("size"), page.get("unit")) if page is not None else None
-        page_kib = page_kib or DEFAULT_HUGEPAGE_KIB
+        page_kib = kib_of(page.get("size"), page.get("unit")) if page is not None else None
+        page_kib = page_kib or DEFAULT_PAGE_KIB
     memory = domain.find("memory")
-    memory_kib = _kib(memory.text, memory.get("unit")) if memory is not None else None
+    memory_kib = kib_of(memory.text, memory.get("unit")) if memory is not None else None
     emulator = domain.findtext("devices/emulator")
     return Needs(
         cpu_mode=mode if mode in _CPU_MODES else None,
@@ -96,22 +98,6 @@ def needs_of(domain: ET.Element) -> Needs:
         hugepage_kib=page_kib,
         memory=(memory_kib or 0) * 1024,
     )
-
-
-_UNITS: Final[dict[str, float]] = {
-    **{"b": 1 / 1024, "bytes": 1 / 1024, "k": 1, "kib": 1, "kb": 1000 / 1024},
-    **{"m": 1024, "mib": 1024, "mb": 1e6 / 1024, "g": 1024**2, "gib": 1024**2},
-    **{"gb": 1e9 / 1024, "t": 1024**3, "tib": 1024**3},
-}
-
-
-def _kib(value: str | None, unit: str | None) -> int | None:
-    try:
-        number = int((value or "").strip())
-    except ValueError:
-        return None
-    factor = _UNITS.get((unit or "KiB").lower())
-    return int(number * factor) if factor is not None else None
 
 
 @dataclass(frozen=True)
@@ -138,7 +124,6 @@ class Compatibility:
         self.calls = 0
         self._cpu: dict[tuple[str, str], str | None] = {}
         self._caps: dict[tuple[str | None, ...], str | None] = {}
-        self._free: dict[tuple[str, int], int | None] = {}
         self._host_cpu: dict[str, str | None] = {}
         self._silent: set[str] = set()
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="compat")
@@ -158,7 +143,6 @@ class Compatibility:
         out: dict[tuple[str, str], dict[str, str]] = {}
         machines: dict[tuple[str | None, ...], list[Candidate]] = {}
         cpus: dict[tuple[str, tuple[str | None, ...]], list[Candidate]] = {}
-        pages: list[Candidate] = []
         for vm in vms:
             n = vm.needs
             machines.setdefault(_machine_key(n), []).append(vm)
@@ -166,22 +150,14 @@ class Compatibility:
                 cpu = n.cpu_xml or self._source_cpu(vm.host, n)
                 if cpu is not None:
                     cpus.setdefault((cpu, _machine_key(n)), []).append(vm)
-            if vm.running and n.hugepage_kib:
-                pages.append(vm)
         checks: list[tuple[list[Candidate], str | None]] = [(m, None) for m in machines.values()]
         checks += [(members, cpu) for (cpu, _), members in cpus.items()]
-        checks += [([vm], "") for vm in pages]  # "": its hugepages
         for target in hosts:
             for members, cpu in checks:
                 if target in self._silent or all(vm.host == target for vm in members):
                     continue
                 n = members[0].needs
-                if cpu is None:
-                    why = self._machine(target, n)
-                elif cpu:
-                    why = self._cpu_refusal(target, cpu, n)
-                else:
-                    why = self._hugepages(target, n)
+                why = self._machine(target, n) if cpu is None else self._cpu_refusal(target, cpu, n)
                 if why is None:
                     continue
                 for vm in members:
@@ -189,7 +165,7 @@ class Compatibility:
                         out.setdefault((vm.uuid, vm.host), {}).setdefault(target, why)
         return out
 
-    # --- the three questions ----------------------------------------------------------------
+    # --- the questions --------------------------------------------------------------------
 
     def _machine(self, target: str, n: Needs) -> str | None:
         key = (target, *_machine_key(n))
@@ -236,20 +212,6 @@ class Compatibility:
                         cpu = ET.tostring(custom, encoding="unicode")
             self._host_cpu[key] = cpu
         return self._host_cpu[key]
-
-    def _hugepages(self, target: str, n: Needs) -> str | None:
-        size = n.hugepage_kib or DEFAULT_HUGEPAGE_KIB
-        key = (target, size)
-        if key not in self._free:
-            pages = self._bounded(target, lambda c: c.getFreePages([size], -1, 1, 0))
-            self._free[key] = _free_pages(pages, size) if isinstance(pages, Mapping) else None
-        free = self._free[key]
-        if free is None:
-            return None
-        need = -(-n.memory // (size * 1024))
-        if need > free:
-            return f"it needs {need} hugepages of {size} KiB, {target} has {free} free"
-        return None
 
     # --- calls ------------------------------------------------------------------------------
 
@@ -299,13 +261,3 @@ class Compatibility:
 
 def _machine_key(n: Needs) -> tuple[str | None, ...]:
     return (n.emulator, n.arch, n.machine, n.virt_type)
-
-
-def _free_pages(pages: Mapping[Any, Any], size: int) -> int | None:
-    """Free pages of ``size`` KiB summed over the cells ``getFreePages`` answered for."""
-    total, seen = 0, False
-    for cell in pages.values():
-        if isinstance(cell, Mapping) and size in cell:
-            total += int(cell[size])
-            seen = True
-    return total if seen else None

@@ -195,6 +195,8 @@ def first_sweep(probe: Probe) -> None:
     hv_type = probe.call("getType", conn.getType)
     hv_version = probe.call("getVersion", conn.getVersion)
     free = probe.call("getFreeMemory", conn.getFreeMemory)
+    host = capabilities_host(caps)
+    hugepages = free_hugepages(probe, huge_page_sizes(host))
     before = time.monotonic()
     records = probe.call("getAllDomainStats", conn.getAllDomainStats, _STATS, 0)
     probe.first_at = (before + time.monotonic()) / 2
@@ -232,7 +234,6 @@ def first_sweep(probe: Probe) -> None:
     if probe.one_sample:
         probe.close()  # done with the host: its state is freed while still in the caches
     # everything below is local work, outside any call's deadline
-    host = capabilities_host(caps)
     probe.host = {
         "uuid": None if host is None else host.findtext("uuid"),
         "hostname": hostname,
@@ -241,11 +242,46 @@ def first_sweep(probe: Probe) -> None:
         "cpus": int(info[2]),
         "memory_total": int(info[1]) * 1024**2,
         "memory_free": int(free),
+        "hugepages_free": hugepages,
         "libvirt_version": _version(int(lib_version)),
         "hypervisor": str(hv_type),
         "hypervisor_version": _version(int(hv_version)),
     }
     probe.vms = vms
+
+
+def huge_page_sizes(host: ET.Element | None) -> list[int]:
+    """The huge page sizes (KiB) the host's capabilities list: every ``<pages>`` of its CPU
+    but the first, the base page size (libvirt lists it first)."""
+    if host is None:
+        return []
+    sizes: list[int] = []
+    for page in host.findall("cpu/pages"):
+        with contextlib.suppress(TypeError, ValueError):
+            size = int(page.get("size") or "")
+            if (page.get("unit") or "KiB") == "KiB" and size not in sizes:
+                sizes.append(size)
+    return sorted(sizes)[1:]
+
+
+def free_hugepages(probe: Probe, sizes: list[int]) -> dict[int, int] | None:
+    """Free huge pages per size of ``sizes``, all NUMA cells together (cell -1: the host's
+    own totals); None when the host offers none or its driver answers nothing (libvirt's
+    test driver)."""
+    if not sizes:
+        return None
+    try:
+        cells = probe.call("getFreePages", probe.conn.getFreePages, sizes, -1, 1, 0)
+    except HostUnreachable:  # the driver has no such call, or the host none of these sizes
+        return None
+    found: dict[int, int] = {}
+    if isinstance(cells, dict):
+        for cell in cells.values():
+            if isinstance(cell, dict):
+                for size, count in cell.items():
+                    if size in sizes and isinstance(count, int):
+                        found[size] = found.get(size, 0) + count
+    return found or None
 
 
 def read_pools(probe: Probe) -> dict[str, PoolInfo] | None:

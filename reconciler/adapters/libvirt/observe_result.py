@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from reconciler.adapters.libvirt.compatibility import Needs
 from reconciler.adapters.libvirt.domain_disks import classify, disk_bytes, local_disk_blockers
 from reconciler.adapters.libvirt.observe_host import RawHost, RawVm
+from reconciler.core.hugepages import pages_for
 from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName
 from reconciler.model.snapshot import (
@@ -137,7 +138,7 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         found,
         _mode,
         disks,
-        _needs,
+        needs,
     ) = vm
     state = (
         _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
@@ -176,4 +177,16 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         "migrationReasons": why,
         "disks": disks,
         "diskBytes": disk_bytes(disks),
+        **_hugepage_fields(needs),
+    }
+
+
+def _hugepage_fields(needs: Needs | None) -> dict[str, object]:
+    """``hugepageKib`` and ``hugepages`` of a VM backed by huge pages (its XML's memory in
+    pages, rounded up); the defaults for the others."""
+    if needs is None or not needs.hugepage_kib:
+        return {}
+    return {
+        "hugepageKib": needs.hugepage_kib,
+        "hugepages": pages_for(needs.memory, needs.hugepage_kib),
     }
