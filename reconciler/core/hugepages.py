@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from reconciler.core.capacity import INACTIVE_STATES
-from reconciler.model.snapshot import HostState, VmState
+from reconciler.model.snapshot import HostState, Snapshot, VmState
 
 DEFAULT_PAGE_KIB: Final = 2048
 """The page size of ``<hugepages/>`` without a ``<page>``: x86_64's default huge page."""
@@ -50,6 +50,25 @@ def rooms(hosts: Iterable[HostState], vms: Iterable[VmState]) -> dict[str, dict[
         if need is not None and room is not None:
             room[need[0]] = room.get(need[0], 0) + need[1]
     return out
+
+
+def started(snapshot: Snapshot, vm: VmState) -> Snapshot:
+    """``snapshot`` with ``vm`` started on its host: the pages it takes there are no longer
+    free (a start makes pages held, where a migration only moves them)."""
+    need = need_of(vm)
+    hosts = snapshot.hosts
+    if need is not None:
+        hosts = [
+            h.model_copy(update={"hugepages_free": _taken(h.hugepages_free, *need)})
+            if h.name == vm.host and h.hugepages_free is not None
+            else h
+            for h in hosts
+        ]
+    return snapshot.model_copy(update={"vms": [*snapshot.vms, vm], "hosts": hosts})
+
+
+def _taken(free: Mapping[int, int], kib: int, pages: int) -> dict[int, int]:
+    return {**free, kib: free.get(kib, 0) - pages}
 
 
 def refusal_text(host: str, page_kib: int, room: int, planned: int) -> str:

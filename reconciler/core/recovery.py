@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconciler.core.hugepages import need_in_xml
+from reconciler.core.hugepages import need_in_xml, started
 from reconciler.core.placer import place
 from reconciler.core.selectors import matches
 from reconciler.model.base import HostName, VmName, VmUuid
@@ -112,7 +112,7 @@ def restart_plan(
             out.append(Restart(vm, None, f"no host can take it ({reasons})"))
             continue
         out.append(Restart(vm, answer.host, answer.message))
-        current = current.model_copy(update={"vms": [*current.vms, _running(vm, answer.host)]})
+        current = started(current, _running(vm, answer.host))
     return out
 
 
