@@ -140,7 +140,7 @@ def test_a_vm_leaving_a_host_frees_its_pages_for_one_planned_there_in_a_later_wa
         [paged(vm("a", "h0"), 512), paged(vm("b", "h1"), 512)],
     )
     p = run(d, s)
-    moves = {m.vm: m for m in [*p.moves, *p.deferred]}
+    moves: dict[str, Move] = {m.vm: m for m in [*p.moves, *p.deferred]}
     assert {n: m.target for n, m in moves.items()} == {"a": "h1", "b": "h2"}
     assert moves["a"].wave > moves["b"].wave
     # admission agrees: b starts, a waits for b's migration to end, then starts
@@ -428,7 +428,7 @@ def _over_room(s: Snapshot, where: dict[str, str]) -> list[str]:
 
 
 def _check_steps(s: Snapshot, p: Plan) -> None:
-    where = {v.name: v.host for v in s.vms}
+    where: dict[str, str] = {v.name: v.host for v in s.vms}
     assert not _over_room(s, where)
     for m in sorted([*p.moves, *p.deferred], key=lambda m: m.wave):
         where[m.vm] = m.target
@@ -466,7 +466,7 @@ def test_no_exact_placement_puts_more_pages_on_a_host_than_its_room(
     found = exact.solve(state, hosts_of, lambda v: True, {}, dict.fromkeys(hosts_of, spread))
     if found is None:
         return
-    where = {v.name: v.host for v in s.vms}
+    where: dict[str, str] = {v.name: v.host for v in s.vms}
     for v, h in found.target.items():
         where[model.vms[v].name] = model.hosts[h].name
     assert not _over_room(s, where)
