@@ -24,6 +24,7 @@ from reconciler.cli.common import (
     usage_errors_exit_1,
 )
 from reconciler.core import placer
+from reconciler.core.hugepages import pages_for
 from reconciler.report import plan_json, plan_table
 
 PLACE_FORMATS = ("table", "json")
@@ -62,6 +63,14 @@ def register(sub: Subparsers) -> None:
         help="labels of the new VM, as rules select them",
     )
     p.add_argument("--name", default="new-vm", help="name of the new VM, as rules select it")
+    p.add_argument(
+        "--hugepages",
+        type=page_size,
+        default=None,
+        metavar="PAGE_SIZE",
+        help="back its memory with huge pages of this size, e.g. 2MiB or 1GiB: only hosts with "
+        "room for that many pages fit",
+    )
     add_path_argument(p)
     add_snapshot_argument(p)
     add_state_dir_argument(p)
@@ -73,11 +82,22 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def page_size(text: str) -> int:
+    """A huge page size with its unit, in KiB."""
+    number = size(text)
+    if number < 1024 or number % 1024:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no page size; write the size of the host's huge pages, e.g. 2MiB or 1GiB"
+        )
+    return number // 1024
+
+
 def run(args: argparse.Namespace) -> int:
     desired = load_desired(args)
     snapshot = snapshot_for(args, desired)
     history_for(args, desired.cluster.metadata.name)  # a broken status file is an error here too
     now: datetime = args.now or datetime.now(UTC)
+    pages = pages_for(args.memory, args.hugepages) if args.hugepages is not None else 0
     result = placer.place(
         desired,
         snapshot,
@@ -86,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         labels=dict(args.labels),
         name=args.name,
         now=now,
+        hugepages=None if args.hugepages is None else (args.hugepages, pages),
     )
     if args.format == "json":
         print(plan_json.place_json(result), end="")

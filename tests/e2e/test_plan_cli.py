@@ -261,6 +261,7 @@ def test_bad_history_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[s
         ["place", "--vcpus", "2", "--memory", "lots"],
         ["place", "--vcpus", "0", "--memory", "4GiB"],
         ["place", "--vcpus", "2", "--memory", "4GiB", "--labels", "novalue"],
+        ["place", "--vcpus", "2", "--memory", "4GiB", "--hugepages", "1000B"],
     ],
 )
 def test_usage_errors_exit_1_not_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -346,6 +347,30 @@ def test_place_when_nothing_fits_exits_2(
     assert lines[0] == "No host fits."
     for host in ("kvm-02", "kvm-03"):
         assert any(li.strip().startswith(host + " ") for li in lines)
+
+
+def test_place_with_hugepages_fits_only_where_the_pages_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, snapshot = write_scenario("rule_host_anti_affinity", tmp_path)
+    doc = json.loads(snapshot.read_text())
+    names = sorted(h["name"] for h in doc["hosts"])
+    roomy = names[-1]
+    for h in doc["hosts"]:  # 4 GiB is 2,048 pages of 2 MiB: one host has exactly that many
+        h["hugepagesFree"] = {"2048": 2048 if h["name"] == roomy else 2047}
+    snapshot.write_text(json.dumps(doc))
+    args = ("place", folder, "--snapshot", snapshot, "--vcpus", "2", "--memory", "4GiB")
+    run = reconciler(capsys, *args, "--hugepages", "2MiB", "--format", "json")
+    assert run.code == 0, run.err
+    result = PlaceResult.model_validate_json(run.out)
+    assert result.host == roomy
+    why = {c.host: c.reasons for c in result.candidates}
+    assert why[names[0]] == [
+        f"{names[0]} has room for 2047 hugepages of 2048 KiB, the VMs planned there need 2048"
+    ]
+    run = reconciler(capsys, *args, "--hugepages", "1GiB")
+    assert run.code == 2, "no host offers 1 GiB pages"
+    assert "room for 0 hugepages of 1048576 KiB" in run.out
 
 
 # --- live -----------------------------------------------------------------------------------
