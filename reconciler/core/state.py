@@ -246,8 +246,7 @@ def vm_info(
     """The model's view of one observed VM (one sighting of it)."""
     vcpus, memory, cpu, mem = vm_loads(vm, spec)
     fixed = why_fixed(vm, spec)
-    need = need_of(vm)
-    return VmInfo(
+    info = VmInfo(
         index=index,
         name=vm.name,
         labels=vm.labels,
@@ -264,9 +263,11 @@ def vm_info(
         disks=tuple(d.target for d in vm.disks if not d.shared),
         disk_bytes=vm.disk_bytes,
         refused_by=tuple(sorted(vm.refused_by.items())),
-        page_kib=need[0] if need is not None else 0,
-        pages=need[1] if need is not None else 0,
     )
+    if vm.hugepage_kib is None:  # the common case: nothing more to look at
+        return info
+    need = need_of(vm)
+    return info if need is None else info._replace(page_kib=need[0], pages=need[1])
 
 
 def build(
