@@ -238,7 +238,7 @@ def compile_rules(
 def _refusals(
     vms: Sequence[VmInfo], hosts: Sequence[HostInfo], host_rules: list[list[HostRule]]
 ) -> None:
-    """A host that would refuse a VM (observed: CPU, hugepages, machine type) is a required
+    """A host that would refuse a VM (observed: CPU, machine type) is a required
     anti-affinity to it, named for the refusal so the plan says why."""
     index = {h.name: h.index for h in hosts}
     for vm in vms:

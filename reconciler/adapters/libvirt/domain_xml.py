@@ -304,7 +304,7 @@ class DomainReading(NamedTuple):
     disks: tuple[DiskRef, ...] = ()
     """Its ``<disk>`` elements, for ``domain_disks.resolve_disks`` against the host's pools."""
     needs: Needs | None = None
-    """What it asks of a target host (CPU, hugepages, machine type), for ``compatibility``."""
+    """What it asks of a target host (CPU, machine type; huge pages for the planner)."""
 
 
 def read_domain(xml: str | None, *, shared_paths: Sequence[str] = ()) -> DomainReading:
