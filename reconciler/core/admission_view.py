@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from reconciler.core.capacity import HostInfo, VmInfo
-from reconciler.core.hugepages import need_of
+from reconciler.core.hugepages import pages_moved
 from reconciler.core.state import Model, State, build, host_info, vm_info
 from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import HostState, InFlight, Snapshot, VmState
@@ -224,17 +224,10 @@ class AdmissionView:
         self._names_on.setdefault(vm.host, set()).add(vm.name)
 
     def _pages_moved(self, vm: VmState, host: str) -> None:
-        """``vm`` left its host for ``host``: the pages it holds are free where it was and
-        taken where it is, so each host's room (free plus held) stays what it was."""
-        need = need_of(vm)
-        if need is None:
-            return
-        kib, pages = need
-        for name, sign in ((vm.host, 1), (host, -1)):
-            h = self._hosts.get(name)
-            if h is not None and h.hugepages_free is not None and kib in h.hugepages_free:
-                free = {**h.hugepages_free, kib: max(0, h.hugepages_free[kib] + sign * pages)}
-                self._hosts[name] = h.model_copy(update={"hugepages_free": free})
+        """``vm`` left its host for ``host``: its pages are free there and taken here."""
+        ends = [self._hosts[h] for h in (vm.host, host) if h in self._hosts]
+        for h in pages_moved(ends, [(vm, host)]):
+            self._hosts[h.name] = h
 
     def _in_flight(self) -> list[InFlight]:
         out = []

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from reconciler.core import planner
+from reconciler.core.hugepages import pages_moved
 from reconciler.core.windows import mode_now
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -78,17 +79,19 @@ class _Side:
         """``snapshot`` as the replay has changed it."""
         reachable = {h.name for h in snapshot.hosts if h.reachable}
         vms = []
+        moves = []
         for vm in _unique(snapshot.vms):
             host = self.hosts.get(vm.name, vm.host)
+            host = host if host in reachable else vm.host
+            if host != vm.host:
+                moves.append((vm, host))
             vms.append(
                 vm.model_copy(
-                    update={
-                        "host": host if host in reachable else vm.host,
-                        "reconciler": self.records.get(vm.name, vm.reconciler),
-                    }
+                    update={"host": host, "reconciler": self.records.get(vm.name, vm.reconciler)}
                 )
             )
-        return snapshot.model_copy(update={"vms": vms, "in_flight": []})
+        hosts = pages_moved(snapshot.hosts, moves)
+        return snapshot.model_copy(update={"vms": vms, "hosts": hosts, "in_flight": []})
 
     def round(self, snapshot: Snapshot, at: datetime) -> SideRound:
         history = History(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from reconciler.core.capacity import INACTIVE_STATES
@@ -49,6 +49,37 @@ def rooms(hosts: Iterable[HostState], vms: Iterable[VmState]) -> dict[str, dict[
         room = out.get(vm.host)
         if need is not None and room is not None:
             room[need[0]] = room.get(need[0], 0) + need[1]
+    return out
+
+
+def pages_moved(
+    hosts: Sequence[HostState], moves: Iterable[tuple[VmState, str]]
+) -> list[HostState]:
+    """``hosts`` after each VM of ``moves`` went from its host to the one named with it: the
+    pages it holds are free where it was and taken where it is, so every room stays put (a
+    snapshot whose VMs are moved without this would grow the target's room by them)."""
+    change: dict[str, dict[int, int]] = {}
+    for vm, target in moves:
+        need = need_of(vm)
+        if need is None or target == vm.host:
+            continue
+        kib, pages = need
+        for name, sign in ((vm.host, 1), (target, -1)):
+            delta = change.setdefault(name, {})
+            delta[kib] = delta.get(kib, 0) + sign * pages
+    if not change:
+        return list(hosts)
+    out = []
+    for h in hosts:
+        shift = change.get(h.name)
+        if not shift or h.hugepages_free is None:
+            out.append(h)
+            continue
+        free = dict(h.hugepages_free)
+        for kib, n in shift.items():
+            if kib in free:
+                free[kib] = max(0, free[kib] + n)
+        out.append(h.model_copy(update={"hugepages_free": free}))
     return out
 
 

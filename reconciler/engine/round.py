@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from reconciler.core import intents, planner
+from reconciler.core.hugepages import pages_moved
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.ports import (
     Clock,
@@ -179,7 +180,9 @@ def _after_moves(snapshot: Snapshot, results: list[MoveResult]) -> Snapshot:
     vms = [
         v.model_copy(update={"host": moved[v.name]}) if v.name in moved else v for v in snapshot.vms
     ]
-    return snapshot.model_copy(update={"vms": vms})
+    went = [(v, moved[v.name]) for v in snapshot.vms if v.name in moved]
+    hosts = pages_moved(snapshot.hosts, went)  # rooms stay: the pages went with the VMs
+    return snapshot.model_copy(update={"vms": vms, "hosts": hosts})
 
 
 SKEW_TOLERANCE = timedelta(minutes=5)

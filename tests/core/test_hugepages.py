@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from reconciler.core import exact, planner
 from reconciler.core.admission import AdmitCode, Verdict, admit, judge
 from reconciler.core.admission_view import AdmissionView
-from reconciler.core.hugepages import need_in_xml, pages_for, rooms
+from reconciler.core.hugepages import need_in_xml, pages_for, pages_moved, rooms
 from reconciler.core.placer import place
 from reconciler.core.planner import plan
 from reconciler.core.recovery import restart_plan
@@ -369,6 +369,19 @@ def test_a_hosts_room_is_its_free_pages_plus_what_its_running_vms_hold() -> None
         paged(vm("d", "h2"), 9),
     ]
     assert rooms(hosts, vms) == {"h1": {TWO_MIB: 150, ONE_GIB: 3}}
+
+
+def test_a_vm_moved_in_a_snapshot_takes_its_pages_along_and_every_room_stays() -> None:
+    # what the engine does after a round's moves and a backtest while replaying: without the
+    # shift, h2's room would grow by a's pages and h1's shrink
+    hosts = [free(host_state("h1"), p2048=100), free(host_state("h2"), p2048=600)]
+    a, b = paged(vm("a", "h1"), 500), vm("b", "h1")
+    before = rooms(hosts, [a, b])
+    after_hosts = pages_moved(hosts, [(a, "h2"), (b, "h2")])
+    moved = [v.model_copy(update={"host": "h2"}) for v in (a, b)]
+    assert rooms(after_hosts, moved) == before == {"h1": {TWO_MIB: 600}, "h2": {TWO_MIB: 600}}
+    assert [h.hugepages_free for h in after_hosts] == [{TWO_MIB: 600}, {TWO_MIB: 100}]
+    assert pages_moved(hosts, [(b, "h2")]) == hosts  # no pages, nothing changes
 
 
 # --- the property -------------------------------------------------------------------------------
