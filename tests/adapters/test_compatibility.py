@@ -5,6 +5,7 @@ the questions the fakes cannot vouch for."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
@@ -251,3 +252,39 @@ def test_observing_a_lab_reports_each_hosts_free_huge_pages(two_hosts: Lab) -> N
     snap = LibvirtClusterObserver(d.cluster, sample_interval=0).observe()
     for host in snap.hosts:
         assert host.hugepages_free == kernel, host.name
+
+
+@pytest.mark.lab
+def test_a_vm_the_observed_room_cannot_hold_is_one_libvirt_will_not_start(two_hosts: Lab) -> None:
+    """A VM backed by huge pages, defined on a host that reports fewer free than it needs, is
+    observed with its need, and libvirt there will not start it. (A machine without free huge
+    pages usually has no hugetlbfs mounted either, and libvirt says so before QEMU runs; giving
+    the lab pages would change the kernel settings of the whole machine.)"""
+    from reconciler.adapters.lab.qemu import domain_xml
+    from reconciler.adapters.lab.state import LabVm
+    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+    from reconciler.config import load_desired
+
+    d = load_desired(two_hosts.cluster_dir)
+    kvm01 = next(h for h in two_hosts.hosts if h.name == "kvm-01")
+    spec = LabVm(name="paged", host="kvm-01", memory_mib=64, vcpus=1)
+    xml = domain_xml(spec, two_hosts.virt_type).replace(
+        "<vcpu>", "<memoryBacking><hugepages/></memoryBacking>\n  <vcpu>", 1
+    )
+    conn = libvirt.open(kvm01.uri)
+    dom = conn.defineXML(xml)
+    try:
+        snap = LibvirtClusterObserver(d.cluster, sample_interval=0).observe()
+        (paged,) = (v for v in snap.vms if v.name == "paged")
+        assert (paged.hugepage_kib, paged.hugepages) == (2048, 32)  # 64 MiB in 2 MiB pages
+        host = next(h for h in snap.hosts if h.name == "kvm-01")
+        free = (host.hugepages_free or {}).get(2048)
+        if free is None or free >= 32:
+            pytest.skip(f"this machine has {free} free 2 MiB pages: the VM would fit")
+        with pytest.raises(libvirt.libvirtError):
+            dom.create()
+    finally:
+        with contextlib.suppress(libvirt.libvirtError):
+            dom.destroy()
+        dom.undefine()
+        conn.close()
