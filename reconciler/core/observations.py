@@ -6,9 +6,9 @@ so a week of a quiet cluster is a handful of files and a busy one at most one pe
 *Noise* is what the planner would not act on: a snapshot differs from the last one kept when
 
 - a host appears, disappears, or becomes reachable or unreachable, or changes its capacity
-  (CPUs, memory), architecture or URI;
-- a VM appears, disappears, runs on another host, changes state, size (vCPUs, memory),
-  labels, migratability or the reconciler's record on it (a move, a failure, an intent);
+  (CPUs, memory, free huge pages), architecture or URI;
+- a VM appears, disappears, runs on another host, changes state, size (vCPUs, memory, huge
+  pages), labels, migratability or the reconciler's record on it (a move, a failure, an intent);
 - or a VM's load moved by more than ``NOISE_POINTS`` percentage points of its host's
   capacity: CPU in use over the host's CPUs, memory in use over the host's memory.
 
@@ -41,7 +41,8 @@ def compact(snapshot: Snapshot) -> Snapshot:
 
 
 def _host_key(h: HostState) -> tuple[object, ...]:
-    return (h.reachable, h.uri, h.arch, h.cpus, h.memory_total)
+    pages = None if h.hugepages_free is None else tuple(sorted(h.hugepages_free.items()))
+    return (h.reachable, h.uri, h.arch, h.cpus, h.memory_total, pages)
 
 
 def _vm_key(v: VmState) -> tuple[object, ...]:
@@ -50,6 +51,8 @@ def _vm_key(v: VmState) -> tuple[object, ...]:
         v.state,
         v.vcpus,
         v.memory_max,
+        v.hugepage_kib,
+        v.hugepages,
         v.memory_current if v.memory_used is None else None,
         tuple(sorted(v.labels.items())),
         v.migratable,

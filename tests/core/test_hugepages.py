@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core import exact, planner
+from reconciler.core import exact, observations, planner
 from reconciler.core.admission import AdmitCode, Verdict, admit, judge
 from reconciler.core.admission_view import AdmissionView
 from reconciler.core.hugepages import need_in_xml, pages_for, pages_moved, rooms
@@ -382,6 +382,16 @@ def test_a_vm_moved_in_a_snapshot_takes_its_pages_along_and_every_room_stays() -
     assert rooms(after_hosts, moved) == before == {"h1": {TWO_MIB: 600}, "h2": {TWO_MIB: 600}}
     assert [h.hugepages_free for h in after_hosts] == [{TWO_MIB: 600}, {TWO_MIB: 100}]
     assert pages_moved(hosts, [(b, "h2")]) == hosts  # no pages, nothing changes
+
+
+def test_free_huge_pages_and_a_vms_pages_are_changes_worth_recording() -> None:
+    base = snapshot([free(host_state("h1"), p2048=512)], [paged(vm("a", "h1"), 100)])
+    same = base.model_copy(update={"taken_at": NOW})
+    assert observations.change(base, same) is None
+    fewer = base.model_copy(update={"hosts": [free(host_state("h1"), p2048=256)]})
+    assert observations.change(base, fewer) == "host h1 changed"
+    bigger = base.model_copy(update={"vms": [paged(vm("a", "h1"), 200)]})
+    assert observations.change(base, bigger) == "VM a changed"
 
 
 # --- the property -------------------------------------------------------------------------------
