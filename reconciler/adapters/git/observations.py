@@ -189,7 +189,7 @@ def last_sighting(
     head = repo.head(branch)
     if head is None:
         return None
-    for commit in repo.log(head, paths=[FILE], max_count=depth):
+    for commit in repo.log(head, paths=[FILE, DEFINITIONS], max_count=depth):
         text = repo.show(commit.sha, FILE)
         if text is None:
             continue
