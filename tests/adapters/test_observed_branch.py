@@ -92,7 +92,7 @@ def test_a_second_clone_reads_the_dead_hosts_vms_and_definitions_back(
     assert sighting is not None
     assert sighting.commit == commit  # not the newer recording, where kvm-01 is dead
     assert sighting.snapshot.taken_at == T0
-    on_dead = {v.name: v for v in sighting.snapshot.vms if v.host == "kvm-01"}
+    on_dead = {str(v.name): v for v in sighting.snapshot.vms if v.host == "kvm-01"}
     assert sorted(on_dead) == ["app-1", "batch-1", "batch-2", "cache-1", "web-1"]
     assert on_dead["web-1"].labels == {"app": "web"}
     fit = {
