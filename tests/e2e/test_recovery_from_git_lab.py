@@ -65,7 +65,8 @@ def quietest(where: dict[str, str]) -> tuple[str, list[str]]:
 def recorded_hosts(person: Path) -> dict[str, str]:
     """VM -> host in the newest recording on the branch that carries definitions of them."""
     git(person, "fetch", "--quiet", "origin")
-    if not git(person, "ls-remote", "--heads", "origin", BRANCH).strip():
+    # the fetched ref, not the remote's (a push between the fetch and a look would race)
+    if not git(person, "branch", "--remotes", "--list", f"origin/{BRANCH}").strip():
         return {}
     files = git(person, "ls-tree", "--name-only", f"origin/{BRANCH}").split()
     if "definitions.json" not in files:
