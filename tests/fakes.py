@@ -11,6 +11,9 @@ and keeps each domain's reconciler record. Faults are injected by name:
 - ``stop_vm(vm)``: the VM is shut off (a move waiting in the queue must be skipped);
 - ``on_migrate``: a hook run while a migration is in progress (to inject faults mid-move).
 
+``FakeObservedBranch`` is the observed branch read back (``ObservedBranch``): recorded
+snapshots with their definitions, newest last; ``fail_with`` makes every read raise.
+
 Every migration is logged in ``migrations`` with the moves running at its start, so tests can
 check that no limit was ever exceeded. ``host_calls`` counts the calls each host answered (one
 per host observed, one per record, one on each end of a migration), ``observations`` the
@@ -28,11 +31,12 @@ from typing import Any
 
 from reconciler.config.yaml_edit import three_way
 from reconciler.engine.ports import MigrationProgress, MigrationResult
-from reconciler.errors import HostUnreachable
+from reconciler.errors import HostUnreachable, ReconcilerError
 from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
+from reconciler.model.recovery import RecordedSighting
 from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
 from reconciler.model.status import ReconcileStatus
 
@@ -275,6 +279,30 @@ class FakeCluster:
 
     def hosts_of(self) -> dict[str, str]:
         return {v.name: v.host for v in self.vms.values()}
+
+
+class FakeObservedBranch:
+    """The observed branch in memory: ``push`` records a snapshot with its definitions."""
+
+    def __init__(self) -> None:
+        self.pushed: list[RecordedSighting] = []
+        self.fail_with: ReconcilerError | None = None
+        self.reads = 0
+
+    def push(self, snapshot: Snapshot, definitions: dict[str, str]) -> None:
+        commit = f"{len(self.pushed) + 1:040x}"
+        self.pushed.append(
+            RecordedSighting(commit=commit, snapshot=snapshot, definitions=dict(definitions))
+        )
+
+    def last_sighting(self, host: str) -> RecordedSighting | None:
+        self.reads += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        for sighting in reversed(self.pushed):
+            if any(h.name == host and h.reachable for h in sighting.snapshot.hosts):
+                return sighting
+        return None
 
 
 class MemoryStatusStore:

@@ -253,19 +253,24 @@ def build_recovery(
     source: DesiredSource | None,
     on_fence: Callable[[str, str], None],
 ) -> Recovery:
-    """Dead-host recovery over libvirt, the fence commands and the state directory."""
+    """Dead-host recovery over libvirt, the fence commands and the state directory (and, for
+    a repository, the definitions recorded on its observed branch)."""
     from reconciler.adapters.files.recovery import FileRecoveryStore
+    from reconciler.adapters.git.observations import ObservedBranch
+    from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.adapters.libvirt.restarter import LibvirtRestarter
     from reconciler.adapters.processes.fence import CommandFencer
     from reconciler.engine.recovery import Recovery, RecoveryPorts
 
     cluster = desired.cluster.metadata.name
+    repo = getattr(source, "repo", None)  # a repository source: its observed branch too
     ports = RecoveryPorts(
         fencer=CommandFencer(),
         restarter=LibvirtRestarter(desired.cluster),
         store=FileRecoveryStore(cluster, state_dir),
         clock=SystemClock(),
         source=source,
+        observed=ObservedBranch(repo, cluster) if isinstance(repo, GitStateRepo) else None,
         on_fence=lambda host, outcome: on_fence(host, outcome.value),
     )
     return Recovery(cluster, ports)

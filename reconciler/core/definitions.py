@@ -13,6 +13,10 @@ state repository is :func:`redacted_definition` of it, which removes:
 
 A comment at the top names what was removed. A definition that is not well-formed XML is not
 recorded at all (None): what it holds cannot be checked.
+
+Read back (:func:`recorded_definition`, to restart a VM this instance never saw), a recorded
+definition is used only when nothing was removed from it and redacting it again removes
+nothing: whoever can push to the branch cannot slip in what recording would strip.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import io
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from typing import Final
 
 _QEMU_NS: Final = "http://libvirt.org/schemas/domain/qemu/1.0"
@@ -35,8 +40,22 @@ _SECRET_ATTRIBUTES: Final = {"passwd": "console passwords"}
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")  # to the last @
 
 
+HEADER: Final = "<!-- secrets removed before recording: {note} -->\n"
+_HEADER = re.compile(r"<!-- secrets removed before recording: (?P<note>[^>]*) -->\n")
+_NOTHING: Final = "none found"
+
+
 def redacted_definition(xml: str) -> str | None:
     """``xml`` with every secret it may carry removed; None when it is not well-formed."""
+    done = _redacted(xml)
+    if done is None:
+        return None
+    text, removed = done
+    return HEADER.format(note=", ".join(removed) if removed else _NOTHING) + text
+
+
+def _redacted(xml: str) -> tuple[str, list[str]] | None:
+    """The redacted text (no header) and what was removed, sorted; None: not well-formed."""
     try:
         namespaces = [ns for _, ns in ET.iterparse(io.StringIO(xml), events=("start-ns",))]
         root = ET.fromstring(xml)
@@ -64,6 +83,50 @@ def redacted_definition(xml: str) -> str | None:
     for prefix, uri in namespaces:  # keep the document's prefixes (the registry is global,
         with contextlib.suppress(ValueError):  # but a prefix only ever maps to its own URI)
             ET.register_namespace(prefix, uri)
-    text = ET.tostring(root, encoding="unicode")
-    note = ", ".join(sorted(removed)) if removed else "none found"
-    return f"<!-- secrets removed before recording: {note} -->\n{text}\n"
+    return ET.tostring(root, encoding="unicode") + "\n", sorted(removed)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A definition read back from git: the XML to define, or why it may not be used."""
+
+    xml: str | None
+    why: str = ""
+
+
+def recorded_definition(text: str, *, name: str, uuid: str) -> Recorded:
+    """The definition of VM ``name`` (``uuid``) in ``text``, as recorded in git, fit to start;
+    or why not. Fit means: its header says nothing was removed, redacting it again would
+    remove nothing (a construct recording strips, pushed by hand, is refused), and it is the
+    domain of that name and UUID. What is returned is the re-redacted text: exactly what was
+    checked (entities expanded, comments dropped)."""
+    header = _HEADER.match(text)
+    if header is None:
+        return Recorded(
+            None,
+            "its definition in git has no recording header (not written by "
+            "the reconciler); start it by hand",
+        )
+    note = header["note"]
+    if note != _NOTHING:
+        return Recorded(None, f"its definition in git lacks {note}; start it by hand")
+    done = _redacted(text[header.end() :])
+    if done is None:
+        return Recorded(None, "its definition in git is not well-formed XML; start it by hand")
+    xml, removed = done
+    if removed:
+        return Recorded(
+            None,
+            f"its definition in git holds {', '.join(removed)}, which recording never keeps "
+            "(edited by hand?); start it by hand",
+        )
+    root = ET.fromstring(xml)
+    got_name = (root.findtext("name") or "").strip()
+    got_uuid = (root.findtext("uuid") or "").strip()
+    if root.tag != "domain" or got_name != name or got_uuid.lower() != uuid.lower():
+        return Recorded(
+            None,
+            f"its definition in git is of {got_name or '?'} ({got_uuid or 'no UUID'}), not of "
+            f"{name} ({uuid}); start it by hand",
+        )
+    return Recorded(xml)

@@ -8,22 +8,26 @@
 - *Restart*: the VMs that ran on the fenced host at its last sighting, highest priority first
   (:func:`restart_order`), each placed where ``place`` would put a new VM of its size, name
   and labels, given the VMs restarted before it (:func:`restart_plan`).
+- *Definitions from git*: the VMs a recorded snapshot had running on the fenced host that this
+  instance does not know, or saw before that snapshot (:func:`from_recorded`), and those the
+  placement puts there that no source knows (:func:`unseen_placed`).
 - *Return*: a host back after a fence may hold definitions of VMs now running elsewhere: those
   copies are stale (:func:`stale_copies`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from reconciler.core.definitions import recorded_definition
 from reconciler.core.hugepages import need_in_xml, started
 from reconciler.core.placer import place
 from reconciler.core.selectors import matches
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
-from reconciler.model.recovery import RecoverySpec, SavedVm
+from reconciler.model.recovery import RecordedSighting, RecoverySpec, SavedVm
 from reconciler.model.snapshot import Snapshot, UnmigratableReason, VmRunState, VmState
 
 BACKOFF_FIRST = timedelta(seconds=15)
@@ -136,6 +140,64 @@ def _running(vm: SavedVm, host: str) -> VmState:
         labels=vm.labels,
         hugepage_kib=kib,
         hugepages=pages,
+    )
+
+
+@dataclass(frozen=True)
+class FromGit:
+    taken: list[SavedVm]
+    """VMs to restart from their recorded definition."""
+    refused: dict[str, str]
+    """VM name -> why its recorded definition is not used."""
+
+
+def from_recorded(sighting: RecordedSighting, host: str, known: Mapping[str, SavedVm]) -> FromGit:
+    """The VMs ``sighting`` has running on ``host`` that ``known`` (the state directory's, by
+    UUID) lacks or saw before ``sighting`` was taken: size, labels and blockers from the
+    recorded snapshot, the definition recorded beside it when it is fit to start. When it is
+    not, an older saved sighting on the same host is kept (its definition is whole);
+    otherwise the VM is refused, with why."""
+    taken: list[SavedVm] = []
+    refused: dict[str, str] = {}
+    at = sighting.snapshot.taken_at
+    for vm in sighting.snapshot.vms:
+        if vm.host != host or vm.state is VmRunState.SHUTOFF:
+            continue
+        old = known.get(vm.uuid)
+        if old is not None and old.seen_at >= at:
+            continue  # this instance saw it since: its own sighting wins
+        text = sighting.definitions.get(vm.name)
+        if text is None:
+            checked_xml, why = None, "the observed branch has no definition of it; start it by hand"
+        else:
+            checked = recorded_definition(text, name=vm.name, uuid=vm.uuid)
+            checked_xml, why = checked.xml, checked.why
+        if checked_xml is None:
+            if old is None or old.host != host:
+                refused[vm.name] = why
+            continue
+        taken.append(
+            SavedVm(
+                name=vm.name,
+                uuid=vm.uuid,
+                host=host,
+                running=True,
+                vcpus=vm.vcpus,
+                memory=vm.memory_max,
+                labels=dict(vm.labels),
+                blockers=blockers(vm),
+                xml=checked_xml,
+                seen_at=at,
+            )
+        )
+    return FromGit(taken, refused)
+
+
+def unseen_placed(desired: DesiredState, host: str, known: Iterable[str]) -> list[str]:
+    """The VMs the placement puts on ``host`` whose names are not in ``known``, by name."""
+    names = set(known)
+    return sorted(
+        vm for vm, where in desired.placement.spec.vms.items() if where == host and vm not in names
     )
 
 

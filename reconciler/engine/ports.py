@@ -17,6 +17,7 @@ from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import Comment, PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
+from reconciler.model.recovery import RecordedSighting
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
 
@@ -34,6 +35,7 @@ __all__ = [
     "MigrationResult",
     "Migrator",
     "Observer",
+    "ObservedBranch",
     "TextFile",
     "StatusStore",
 ]
@@ -125,6 +127,16 @@ class Hold(Protocol):
 
     def holder(self) -> str | None:
         """Who holds it, for messages."""
+        ...
+
+
+class ObservedBranch(Protocol):
+    """What ``run --repo`` recorded on ``reconciler/observed/<cluster>``, read back."""
+
+    def last_sighting(self, host: str) -> RecordedSighting | None:
+        """The newest recorded snapshot in which ``host`` was reachable, with the definitions
+        recorded beside it; None when none is recorded. ReconcilerError when it cannot be
+        read (a git call that outlives its timeout, a file that is not what it should be)."""
         ...
 
 

@@ -12,7 +12,10 @@ One :meth:`Recovery.step` per round, on the round's observation:
 4. **Restart** the VMs that ran on a fenced host, by priority, where ``place`` would put them;
    an intent is saved before each start, and every start is first checked against libvirt
    (the VM running or defined on any reachable host is not started again), so a crash of the
-   reconciler between the two restarts nothing twice.
+   reconciler between the two restarts nothing twice. VMs this instance never saw there (a
+   standby that took over, a lost state directory) are taken from the observed branch
+   (``ObservedBranch``) when their recorded definition is fit to start; the others, and the
+   VMs the placement puts there that no source knows, are listed as not restarted.
 5. **Clean** a fenced host that comes back: a definition on it of a VM that runs elsewhere is
    undefined before anything starts it; a VM that runs nowhere else is left where it is.
 
@@ -29,7 +32,7 @@ from typing import Protocol
 
 from reconciler.core import recovery as decide
 from reconciler.core.definitions import redacted_definition
-from reconciler.engine.ports import Clock, DesiredSource
+from reconciler.engine.ports import Clock, DesiredSource, ObservedBranch
 from reconciler.errors import ReconcilerError
 from reconciler.model.acting import Record
 from reconciler.model.cluster import Host, effective_fence
@@ -39,6 +42,7 @@ from reconciler.model.recovery import (
     FenceOutcome,
     FenceResult,
     HostRecovery,
+    RecordedSighting,
     RecoveryState,
     RestartIntent,
     SavedVm,
@@ -93,6 +97,8 @@ class RecoveryPorts:
     store: RecoveryStore
     clock: Clock
     source: DesiredSource | None = None
+    observed: ObservedBranch | None = None
+    """The observed branch (``run --repo``): definitions of VMs this instance never saw."""
     on_fence: Callable[[str, FenceOutcome], None] = lambda host, outcome: None
 
 
@@ -315,6 +321,7 @@ class Recovery:
                 defined[seen.uuid] = (seen.host, running)
         restarted = dict(record.restarted)
         intents = dict(state.intents)
+        state, unknown = self._unknown(desired, state, host)
         for uuid, intent in state.intents.items():  # resolved from where libvirt has the VM
             if intent.source == host and uuid in defined and defined[uuid][1]:
                 log.info("an earlier restart of %s took effect on %s", intent.vm, defined[uuid][0])
@@ -332,6 +339,14 @@ class Recovery:
         not_restarted = dict(record.not_restarted)
         results: list[MoveResult] = []
         fence_said = record.fence.outcome.value if record.fence else "ok"
+        running_names = {v.name for v in snapshot.vms if v.state is not VmRunState.SHUTOFF}
+        for name, why in sorted(unknown.items()):
+            if name in running_names:
+                continue  # runs on a reachable host already
+            if not_restarted.get(name) != why:  # said once, not every round
+                log.error("%s of fenced host %s is not restarted: %s", name, host, why)
+                results.append(_result(name, host, host, MoveOutcome.SKIPPED, why, now))
+            not_restarted[name] = why
         for r in decide.restart_plan(desired, snapshot, todo, now=now):
             vm = r.vm
             # a definition already on a reachable host (a start that failed) is started there
@@ -339,7 +354,7 @@ class Recovery:
             if target is None:
                 if not_restarted.get(vm.name) != r.why:  # said once, not every round
                     log.error("%s of fenced host %s is not restarted: %s", vm.name, host, r.why)
-                    results.append(_result(vm, host, host, MoveOutcome.SKIPPED, r.why, now))
+                    results.append(_result(vm.name, host, host, MoveOutcome.SKIPPED, r.why, now))
                 not_restarted[vm.name] = r.why
                 continue
             intents[vm.uuid] = RestartIntent(
@@ -352,7 +367,7 @@ class Recovery:
             except ReconcilerError as err:
                 log.error("restarting %s on %s failed: %s", vm.name, target, err)
                 not_restarted[vm.name] = f"start on {target} failed: {err.message}"
-                results.append(_result(vm, host, target, MoveOutcome.FAILED, err.message, now))
+                results.append(_result(vm.name, host, target, MoveOutcome.FAILED, err.message, now))
                 del intents[vm.uuid]
                 continue
             log.warning("restarted %s of fenced host %s on %s", vm.name, host, target)
@@ -361,7 +376,7 @@ class Recovery:
             not_restarted.pop(vm.name, None)
             report.restarted[vm.name] = target
             detail = f"restarted after {host} was fenced ({fence_said}): {r.why}"
-            results.append(_result(vm, host, target, MoveOutcome.SUCCEEDED, detail, now))
+            results.append(_result(vm.name, host, target, MoveOutcome.SUCCEEDED, detail, now))
         report.not_restarted.update(not_restarted)
         record = record.model_copy(update={"restarted": restarted, "not_restarted": not_restarted})
         state = state.model_copy(update={"intents": intents})
@@ -370,6 +385,61 @@ class Recovery:
             used = {vm.name: vm.xml for vm in todo}
             self._record(desired, host, results, used, report)
         return state
+
+    def _unknown(
+        self, desired: DesiredState, state: RecoveryState, host: str
+    ) -> tuple[RecoveryState, dict[str, str]]:
+        """``state`` with the VMs of fenced ``host`` taken from the observed branch, and VM
+        name -> why not restarted for those of it no source can start."""
+        saw_host = any(v.host == host for v in state.vms.values())
+        sighting, unread = self._sighting(desired, host)
+        unknown: dict[str, str] = {}
+        if sighting is not None:
+            found = decide.from_recorded(sighting, host, state.vms)
+            if found.taken:
+                log.warning(
+                    "%s of fenced host %s: definition(s) taken from the observed branch "
+                    "(recorded %s, %s)",
+                    ", ".join(sorted(v.name for v in found.taken)),
+                    host,
+                    sighting.snapshot.taken_at.isoformat(timespec="seconds"),
+                    sighting.commit[:12],
+                )
+                vms = {**state.vms, **{v.uuid: v for v in found.taken}}
+                state = state.model_copy(update={"vms": vms})
+            unknown.update(found.refused)
+        if not saw_host:
+            known = {v.name for v in state.vms.values()} | set(unknown)
+            if sighting is not None:
+                known |= {v.name for v in sighting.snapshot.vms}
+            why = f"no saved definition: this instance never saw {host} reachable"
+            if unread:
+                why += f" (and the observed branch could not be read: {unread})"
+            elif (
+                self.ports.observed is not None
+                and desired.policy.spec.recovery.definitions_from_git
+            ):
+                why += " (nor does the observed branch record it there)"
+            for name in decide.unseen_placed(desired, host, known):
+                unknown[name] = why
+        return state, unknown
+
+    def _sighting(self, desired: DesiredState, host: str) -> tuple[RecordedSighting | None, str]:
+        """The observed branch's last sighting of ``host`` (None when it is off, absent or has
+        none), and why it could not be read ("" when it could)."""
+        observed = self.ports.observed
+        if observed is None or not desired.policy.spec.recovery.definitions_from_git:
+            return None, ""
+        try:
+            return observed.last_sighting(host), ""
+        except ReconcilerError as err:
+            log.warning(
+                "could not read the recorded definitions of %s from the observed branch: %s; "
+                "going on with the state directory's",
+                host,
+                err,
+            )
+            return None, err.message
 
     def _record(
         self,
@@ -449,10 +519,10 @@ def _with_host(
 
 
 def _result(
-    vm: SavedVm, source: str, target: str, outcome: MoveOutcome, detail: str, at: datetime
+    vm: str, source: str, target: str, outcome: MoveOutcome, detail: str, at: datetime
 ) -> MoveResult:
     return MoveResult(
-        vm=vm.name,
+        vm=vm,
         source=source,
         target=target,
         outcome=outcome,

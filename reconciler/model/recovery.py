@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, Field
 from reconciler.model.base import ApiVersion, Frozen
 from reconciler.model.quantity import Duration, duration_within
 from reconciler.model.rules import Selector
+from reconciler.model.snapshot import Snapshot
 
 Grace = Annotated[
     Duration,
@@ -76,6 +77,13 @@ class RecoverySpec(Frozen):
     priorities: list[RestartPriority] = Field(
         default_factory=list,
         description="Restart order: the highest priority of the entries that select a VM.",
+    )
+    definitions_from_git: bool = Field(
+        default=True,
+        alias="definitionsFromGit",
+        description="With --repo, restart the VMs this instance never saw from the definitions "
+        "recorded on reconciler/observed/<cluster> (protect that branch: whoever can push to it "
+        "can define domains at recovery time).",
     )
 
 
@@ -155,3 +163,14 @@ class RecoveryState(Frozen):
     vms: dict[str, SavedVm] = Field(default_factory=dict, description="By UUID.")
     hosts: dict[str, HostRecovery] = Field(default_factory=dict)
     intents: dict[str, RestartIntent] = Field(default_factory=dict, description="By UUID.")
+
+
+class RecordedSighting(Frozen):
+    """The newest snapshot recorded on ``reconciler/observed/<cluster>`` in which a host was
+    reachable, with the definitions recorded beside it."""
+
+    commit: str
+    snapshot: Snapshot
+    definitions: dict[str, str] = Field(
+        default_factory=dict, description="VM name -> its domain XML as recorded (redacted)."
+    )

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.core.definitions import redacted_definition
+from reconciler.core.definitions import recorded_definition, redacted_definition
 from tests.engine.test_recovery_audit import SECRETS, secret_xml
 
 META = """<domain type='kvm'><name>web-1</name>
@@ -59,3 +59,65 @@ def test_a_password_of_any_text_never_survives(password: str) -> None:
     assert text is not None
     root = ET.fromstring(text.split("\n", 1)[1])
     assert all("passwd" not in e.attrib for e in root.iter())
+
+
+CONSTRUCTS = {
+    "console passwords": "<devices><graphics type='spice' passwd='p'/></devices>",
+    "disk authentication": "<devices><disk type='network'><source protocol='iscsi' name='t/1'>"
+    "<auth username='u'/></source></disk></devices>",
+    "secret references": "<devices><disk type='volume'><encryption format='luks'>"
+    "<secret type='passphrase' uuid='0f'/></encryption></disk></devices>",
+    "disk cookies": "<devices><disk type='network'><source protocol='https' name='/i'>"
+    "<cookies><cookie name='c'>v</cookie></cookies></source></disk></devices>",
+    "launch security data": "<launchSecurity type='sev'><policy>0x0033</policy></launchSecurity>",
+    "QEMU command line passthrough": "<qemu:commandline xmlns:qemu="
+    "'http://libvirt.org/schemas/domain/qemu/1.0'><qemu:arg value='-S'/></qemu:commandline>",
+    "credentials in URLs": "<devices><filesystem><source dir='https://u:p@h/s'/></filesystem>"
+    "</devices>",
+}
+HEADER = "<!-- secrets removed before recording: none found -->\n"
+
+
+def _domain(parts: list[str]) -> str:
+    return f"<domain type='kvm'><name>vm</name><uuid>U-1</uuid>{''.join(parts)}</domain>"
+
+
+@given(st.lists(st.sampled_from(sorted(CONSTRUCTS)), unique=True))
+def test_a_recorded_definition_is_fit_to_start_exactly_when_nothing_was_removed(
+    kinds: list[str],
+) -> None:
+    recorded = redacted_definition(_domain([CONSTRUCTS[k] for k in kinds]))
+    assert recorded is not None
+    back = recorded_definition(recorded, name="vm", uuid="u-1")
+    if kinds:
+        assert back.xml is None
+        assert back.why.startswith("its definition in git lacks ")
+        assert all(k in back.why for k in kinds)
+    else:
+        assert back.xml is not None
+        assert redacted_definition(back.xml) == HEADER + back.xml  # nothing left to remove
+
+
+@given(st.lists(st.sampled_from(sorted(CONSTRUCTS)), min_size=1, unique=True))
+def test_a_stripped_construct_pushed_under_a_clean_header_is_refused(kinds: list[str]) -> None:
+    back = recorded_definition(
+        HEADER + _domain([CONSTRUCTS[k] for k in kinds]), name="vm", uuid="U-1"
+    )
+    assert back.xml is None
+    assert all(k in back.why for k in kinds)
+    assert "recording never keeps" in back.why
+
+
+def test_what_is_started_is_what_was_checked() -> None:
+    """An internal entity cannot hide a construct from the check: the XML returned is the
+    parsed, re-serialized tree (entities expanded), not the pushed text."""
+    text = HEADER + (
+        "<!DOCTYPE domain [<!ENTITY e 'x'>]>"
+        "<domain type='kvm'><name>vm</name><uuid>U-1</uuid><description>&e;</description>"
+        "<!-- a comment --></domain>"
+    )
+    back = recorded_definition(text, name="vm", uuid="U-1")
+    assert back.xml is not None
+    assert "ENTITY" not in back.xml
+    assert "<description>x</description>" in back.xml
+    assert "comment" not in back.xml

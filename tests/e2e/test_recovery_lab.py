@@ -150,10 +150,18 @@ def running(lab: Lab, vm: str) -> list[str]:
 
 
 def on_host(lab: Lab, host: str) -> dict[str, tuple[bool, int]]:
-    """VM name -> (defined persistently, state) of every domain on ``host``."""
+    """VM name -> (defined persistently, state) of every domain on ``host``; a domain undefined
+    between the listing and its reading (the reconciler removing a stale copy) is left out."""
     conn = libvirt.open(lab.host(host).uri)
+    out: dict[str, tuple[bool, int]] = {}
     try:
-        return {d.name(): (bool(d.isPersistent()), d.state()[0]) for d in conn.listAllDomains()}
+        for d in conn.listAllDomains():
+            try:
+                out[d.name()] = (bool(d.isPersistent()), d.state()[0])
+            except libvirt.libvirtError as err:
+                if err.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+        return out
     finally:
         conn.close()
 

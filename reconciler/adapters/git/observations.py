@@ -7,7 +7,8 @@ Locally: ``<state dir>/<cluster>/observations/<UTC time>.json``, one compact sna
 common history with the desired state, a commit per push; ``git log`` of that branch is the
 recorded sequence a backtest replays. Beside it ``definitions.json``: VM name -> the domain
 XML the reconciler last saw of it, secrets removed (what a dead host's VMs are restarted
-from), when there are any.
+from), when there are any; :class:`ObservedBranch` reads them back for an instance that never
+saw the dead host reachable.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.core import observations
 from reconciler.errors import PushRejected, SnapshotError
+from reconciler.model.recovery import RecordedSighting
 from reconciler.model.snapshot import Snapshot
 
 FOLDER = "observations"
@@ -29,6 +31,9 @@ BRANCH_PREFIX = "reconciler/observed/"
 FILE = "snapshot.json"
 DEFINITIONS = "definitions.json"
 TRAILER = "Reconciler-Observed"
+SIGHTING_DEPTH = 500
+"""Commits of the branch searched, newest first, for one in which a host was reachable: a
+standby that took over keeps pushing while the host is dead, with the host unreachable."""
 
 
 def observed_branch(cluster: str) -> str:
@@ -172,3 +177,72 @@ def observed_snapshots(
             break
     out.reverse()
     return out
+
+
+def last_sighting(
+    repo: GitStateRepo, cluster: str, host: str, *, depth: int = SIGHTING_DEPTH
+) -> RecordedSighting | None:
+    """The newest snapshot on the branch (within ``depth`` commits) in which ``host`` was
+    reachable, with ``definitions.json`` of the same commit; None when there is none. Reads
+    the clone as last fetched; SnapshotError when a file there is not what it should be."""
+    branch = observed_branch(cluster)
+    head = repo.head(branch)
+    if head is None:
+        return None
+    for commit in repo.log(head, paths=[FILE, DEFINITIONS], max_count=depth):
+        text = repo.show(commit.sha, FILE)
+        if text is None:
+            continue
+        try:
+            snapshot = Snapshot.model_validate_json(text)
+        except ValidationError as err:
+            raise SnapshotError(
+                f"{FILE} at {commit.sha[:12]} of {branch} is not a snapshot: "
+                f"{err.error_count()} problem(s)"
+            ) from err
+        if not any(h.name == host and h.reachable for h in snapshot.hosts):
+            continue
+        return RecordedSighting(
+            commit=commit.sha,
+            snapshot=snapshot,
+            definitions=_definitions(repo.show(commit.sha, DEFINITIONS), commit.sha, branch),
+        )
+    return None
+
+
+def _definitions(text: str | None, commit: str, branch: str) -> dict[str, str]:
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SnapshotError(
+            f"{DEFINITIONS} at {commit[:12]} of {branch} is not JSON: {err}"
+        ) from err
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise SnapshotError(
+            f"{DEFINITIONS} at {commit[:12]} of {branch} is not an object of VM name -> XML"
+        )
+    return data
+
+
+class ObservedBranch:
+    """The recorded sightings of one cluster's hosts on its observed branch (the clone as the
+    round's fetch left it; each git call has the repository's timeout). A sighting is read
+    again only when the branch moved."""
+
+    def __init__(self, repo: GitStateRepo, cluster: str) -> None:
+        self.repo = repo
+        self.cluster = cluster
+        self._cache: dict[str, tuple[str, RecordedSighting | None]] = {}
+
+    def last_sighting(self, host: str) -> RecordedSighting | None:
+        head = self.repo.head(observed_branch(self.cluster)) or ""
+        cached = self._cache.get(host)
+        if cached is not None and cached[0] == head:
+            return cached[1]
+        found = last_sighting(self.repo, self.cluster, host) if head else None
+        self._cache[host] = (head, found)
+        return found

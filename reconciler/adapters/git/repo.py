@@ -277,6 +277,7 @@ class GitStateRepo:
         paths: Sequence[str] = (),
         since: datetime | None = None,
         grep_trailer: str | None = None,
+        max_count: int | None = None,
     ) -> list[RepoCommit]:
         """Commits of ``rev`` (newest first) with their trailers, through
         ``%(trailers:...)`` so git itself decides what a trailer is."""
@@ -287,6 +288,8 @@ class GitStateRepo:
             args.append(f"--since={since.isoformat()}")
         if grep_trailer:
             args.append(f"--grep=^{grep_trailer}:")
+        if max_count is not None:
+            args.append(f"--max-count={max_count}")
         args.append(rev)
         if paths:
             args += ["--", *paths]
