@@ -80,6 +80,15 @@ def domains_without(lab: Lab, dead: str) -> dict[str, list[tuple[str, bool, int]
     return out
 
 
+def assert_once_elsewhere(lab: Lab, vms: list[str], dead: str) -> None:
+    """Each of ``vms`` runs on exactly one host but ``dead``, and is defined only there."""
+    seen = domains_without(lab, dead)
+    for vm in vms:
+        running = [h for h, _, s in seen[vm] if s == libvirt.VIR_DOMAIN_RUNNING]
+        assert len(running) == 1, f"{vm} runs on {running}"
+        assert [h for h, persistent, _ in seen[vm] if persistent] == running
+
+
 def wait(predicate: object, timeout: float, what: str) -> float:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
@@ -129,11 +138,7 @@ def test_a_dead_host_is_fenced_and_its_vms_run_elsewhere_once_also_after_a_crash
         took = time.monotonic() - died
         print(f"host death to all {len(vms)} VMs running elsewhere: {took:.1f} s (grace {GRACE}s)")
         time.sleep(6)  # more rounds: still once
-        seen = domains_without(own_lab, dead)
-        for vm in vms:
-            running = [h for h, _, s in seen[vm] if s == libvirt.VIR_DOMAIN_RUNNING]
-            assert len(running) == 1, f"{vm} runs on {running}"
-            assert [h for h, persistent, _ in seen[vm] if persistent] == running
+        assert_once_elsewhere(own_lab, vms, dead)
         # fenced before anything restarted: by the first process (whose metrics died with it)
         # or by the second; the log of both says so
         text = log.read_text()

@@ -160,16 +160,9 @@ def observed_snapshots(
         return []
     out: list[tuple[str, Snapshot]] = []
     for commit in repo.log(head, paths=[FILE]):
-        text = repo.show(commit.sha, FILE)
-        if text is None:
+        snapshot = _snapshot_at(repo, commit.sha, observed_branch(cluster))
+        if snapshot is None:
             continue
-        try:
-            snapshot = Snapshot.model_validate_json(text)
-        except ValidationError as err:
-            raise SnapshotError(
-                f"{FILE} at {commit.sha[:12]} of {observed_branch(cluster)} is not a snapshot: "
-                f"{err.error_count()} problem(s)"
-            ) from err
         if since is not None and snapshot.taken_at < since:
             break  # newest first: the rest is older
         out.append((commit.sha, snapshot))
@@ -190,16 +183,9 @@ def last_sighting(
     if head is None:
         return None
     for commit in repo.log(head, paths=[FILE, DEFINITIONS], max_count=depth):
-        text = repo.show(commit.sha, FILE)
-        if text is None:
+        snapshot = _snapshot_at(repo, commit.sha, branch)
+        if snapshot is None:
             continue
-        try:
-            snapshot = Snapshot.model_validate_json(text)
-        except ValidationError as err:
-            raise SnapshotError(
-                f"{FILE} at {commit.sha[:12]} of {branch} is not a snapshot: "
-                f"{err.error_count()} problem(s)"
-            ) from err
         if not any(h.name == host and h.reachable for h in snapshot.hosts):
             continue
         return RecordedSighting(
@@ -208,6 +194,19 @@ def last_sighting(
             definitions=_definitions(repo.show(commit.sha, DEFINITIONS), commit.sha, branch),
         )
     return None
+
+
+def _snapshot_at(repo: GitStateRepo, sha: str, branch: str) -> Snapshot | None:
+    """``snapshot.json`` of commit ``sha``; None when the commit has none."""
+    text = repo.show(sha, FILE)
+    if text is None:
+        return None
+    try:
+        return Snapshot.model_validate_json(text)
+    except ValidationError as err:
+        raise SnapshotError(
+            f"{FILE} at {sha[:12]} of {branch} is not a snapshot: {err.error_count()} problem(s)"
+        ) from err
 
 
 def _definitions(text: str | None, commit: str, branch: str) -> dict[str, str]:
