@@ -55,6 +55,24 @@ def _two_hosts(
 # --- room --------------------------------------------------------------------------------
 
 
+def test_huge_pages_at_the_room_are_accepted_one_page_over_refused_by_category() -> None:
+    x = vm("x", "a").model_copy(update={"hugepage_kib": 2048, "hugepages": 300})
+    y = vm("y", "b").model_copy(update={"hugepage_kib": 2048, "hugepages": 200})
+    for free, refusal in [
+        (300, None),
+        (
+            299,
+            Refusal(
+                "hugepages",
+                "b has room for 499 hugepages of 2048 KiB, the VMs planned there need 500",
+            ),
+        ),
+    ]:
+        b = host_state("b").model_copy(update={"hugepages_free": {2048: free}})
+        model, state = _state([host("a"), host("b")], [host_state("a"), b], [x, y], hostLimit=100)
+        assert _move(model, state, "x", "b") == refusal
+
+
 def test_a_vm_that_exactly_fits_the_memory_left_is_accepted() -> None:
     model, state = _two_hosts(
         vm("x", "a", memory_gib=4), vm("y", "b", memory_gib=4), b_gib=8, hostLimit=100
