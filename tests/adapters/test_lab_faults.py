@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,30 @@ def test_lab_down_cleans_up_a_frozen_and_a_killed_host(tmp_path: Path) -> None:
     lab_api.freeze_host(directory, "kvm-01")
     lab_api.kill_host(directory, "kvm-02")
     stop_and_check(directory)  # fails if a process survives or the folder stays
+
+
+def test_lab_down_stops_a_capabilities_probe_its_killed_daemon_left(tmp_path: Path) -> None:
+    """A daemon killed while it probes QEMU's capabilities leaves the probe running, daemonized,
+    its pid file in the host's lib/qemu/qmp-*: lab down stops it too."""
+    directory = tmp_path / "lab"
+    lab = start_lab_or_skip(directory, hosts=2, vms=0)
+    probe = Path(lab.host("kvm-01").path) / "lib" / "qemu" / "qmp-probe"
+    probe.mkdir(parents=True)
+    subprocess.run(
+        [
+            "qemu-system-x86_64", "-S", "-no-user-config", "-nodefaults", "-nographic",
+            "-machine", "none", "-qmp", f"unix:{probe}/qmp.monitor,server=on,wait=off",
+            "-pidfile", f"{probe}/qmp.pid", "-daemonize",
+        ],
+        check=True,
+        timeout=30,
+    )  # fmt: skip
+    pid = read_pid(probe / "qmp.pid")
+    assert pid is not None
+    assert pid_alive(pid)
+    lab_api.kill_host(directory, "kvm-01")
+    stop_and_check(directory)  # fails if the probe survives
+    assert not pid_alive(pid)
 
 
 def test_faults_need_the_qemu_driver(tmp_path: Path) -> None:

@@ -348,7 +348,13 @@ def stop_host(host: LabHost) -> None:
         with contextlib.suppress(LabError):
             _remove_domains(host.uri)
         processes.terminate(daemon, str(hdir))
-    for pidfile in (hdir / "run" / "qemu").glob("*.pid"):
+    # run/qemu: the VMs; lib/qemu/qmp-*: a capabilities probe, left running by a daemon killed
+    # while it probed (it runs daemonized, so the daemon's end does not end it)
+    pidfiles = [
+        *(hdir / "run" / "qemu").glob("*.pid"),
+        *(hdir / "lib" / "qemu").glob("qmp-*/*.pid"),
+    ]
+    for pidfile in pidfiles:
         qemu = processes.read_pid(pidfile)
         if qemu is not None:
             processes.terminate(qemu, "qemu", timeout=3.0)
