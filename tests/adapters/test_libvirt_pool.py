@@ -75,3 +75,48 @@ def test_a_host_that_cannot_be_opened_is_unreachable(tmp_path: Path) -> None:
     with pytest.raises(HostUnreachable):
         pool.get("kvm-01")
     pool.close()
+
+
+def test_a_dedicated_connection_is_no_one_elses_and_is_kept_for_the_next(tmp_path: Path) -> None:
+    pool = ConnectionPool({"kvm-01": node(tmp_path, "a")})
+    shared = pool.get("kvm-01")
+    with pool.dedicated("kvm-01") as first:
+        assert first is not shared
+        with pool.dedicated("kvm-01") as second:  # two migrations from one host at once
+            assert second is not first
+            assert second is not shared
+    assert pool.opened == 3
+    with pool.dedicated("kvm-01") as again:
+        assert again in (first, second)  # kept, not opened anew
+    assert pool.opened == 3
+    pool.close()
+    assert not pool.alive(first)
+    assert not pool.alive(second)
+    with pytest.raises(RuntimeError), pool.dedicated("kvm-01"):
+        pass
+
+
+def test_a_dedicated_connection_that_broke_or_was_retired_is_not_lent_again(
+    tmp_path: Path,
+) -> None:
+    pool = ConnectionPool({"kvm-01": node(tmp_path, "a")})
+    with pool.dedicated("kvm-01") as broken:
+        broken.close()
+    with pool.dedicated("kvm-01") as retired:
+        assert retired is not broken
+        pool.retire(retired)
+    assert pool.alive(retired)  # a call may still be running on it: not cut off
+    with pool.dedicated("kvm-01") as fresh:
+        assert fresh is not retired
+    assert pool.opened == 3
+    pool.close()
+    assert not pool.alive(retired)
+
+
+def test_a_dedicated_connection_to_a_host_that_cannot_be_opened_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    pool = ConnectionPool({"kvm-01": f"test://{tmp_path}/missing.xml"})
+    with pytest.raises(HostUnreachable), pool.dedicated("kvm-01"):
+        pass
+    pool.close()

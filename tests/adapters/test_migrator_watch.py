@@ -9,8 +9,9 @@ One poll of the watcher is one step of the script and one ``TICK`` of the clock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,11 +247,13 @@ class Domain:
 class Connection:
     def __init__(self, world: World, host: str, dom: Domain) -> None:
         self.world, self.host, self.dom = world, host, dom
+        self.lookups = 0
         self.alive = True
         self.fail: libvirt.libvirtError | None = None
         """Raised by the next lookup (then forgotten)."""
 
     def lookupByUUIDString(self, uuid: str) -> Domain:  # noqa: N802
+        self.lookups += 1
         if self.fail is not None:
             err, self.fail = self.fail, None
             raise err
@@ -279,12 +282,24 @@ class Pool(ConnectionPool):
         super().__init__({name: f"test:///{name}" for name in conns})
         self.conns: dict[str, Connection | Exception] = dict(conns)
         self.replaced: list[str] = []
+        self.own: dict[str, Connection] = {}
+        """Connections ``dedicated`` lends, by host; the host's shared one where none is set."""
+        self.lent: list[str] = []
+        self.retired_conns: list[Any] = []
 
     def get(self, host: str) -> Any:
         conn = self.conns[host]
         if isinstance(conn, Exception):
             raise conn
         return conn
+
+    @contextlib.contextmanager
+    def dedicated(self, host: str) -> Iterator[Any]:
+        self.lent.append(host)
+        yield self.own.get(host) or self.get(host)
+
+    def retire(self, conn: Any) -> None:
+        self.retired_conns.append(conn)
 
     def broken(self, host: str, conn: Any) -> None:
         """A new connection replaces one that broke."""
@@ -483,6 +498,49 @@ def test_a_job_libvirt_does_not_end_after_the_abort_is_abandoned_after_the_settl
     assert "no progress for 2s (progressTimeout)" in run.result.error
     assert run.result.error.split("; ")[1] == "libvirt had not ended the job after 3s"
     assert run.result.running_on == ["kvm-01"]
+
+
+def test_the_migration_and_its_watcher_run_on_a_connection_of_their_own(
+    release: list[Domain],
+) -> None:
+    """Calls on a connection where a job is being read wait for that reading (100-250 ms near a
+    migration's end): the next move's intent and the looks must not share it."""
+    lent: dict[str, Connection] = {}
+
+    def arrange(pool: Pool) -> None:
+        shared = pool.get("kvm-01")
+        lent["kvm-01"] = pool.own["kvm-01"] = Connection(shared.world, "kvm-01", shared.dom)
+
+    run = migrate([*falling(3), DONE], release, arrange=arrange)
+    assert run.result.succeeded, run.result.error
+    assert lent["kvm-01"].lookups == 1  # the domain migrated and watched was found there
+    assert run.source.called, "migrateToURI3 was called"
+
+
+def test_a_connection_with_a_migration_libvirt_did_not_end_is_not_lent_again(
+    release: list[Domain],
+) -> None:
+    pools: list[Pool] = []
+    migrate(
+        stuck(40),
+        release,
+        desired=tuned(stall="2s"),
+        abort_ends_job=False,
+        settle=3.0,
+        arrange=pools.append,
+    )
+    assert pools[0].lent == ["kvm-01"]
+    assert pools[0].retired_conns == [pools[0].get("kvm-01")]
+
+
+def test_a_migration_libvirt_ended_leaves_its_connection_to_the_next(
+    release: list[Domain],
+) -> None:
+    pools: list[Pool] = []
+    run = migrate([*falling(2), DONE], release, arrange=pools.append)
+    assert run.result.succeeded, run.result.error
+    assert pools[0].lent == ["kvm-01"]
+    assert pools[0].retired_conns == []
 
 
 def test_a_stop_request_aborts_the_running_migration(release: list[Domain]) -> None:

@@ -284,25 +284,27 @@ class LibvirtMigrator:
         uuid: str | None,
     ) -> MigrationResult:
         pool.get(source.name)  # raises: nothing started yet
-        try:
-            dom = pool.call(
-                source.name,
-                lambda c: c.lookupByUUIDString(uuid) if uuid else c.lookupByName(move.vm),
-            )
-            found: str = dom.UUIDString()
-            memory = move.memory or int(dom.maxMemory()) * 1024
-        except libvirt.libvirtError as err:
-            return failed_before_start(move, began, f"{move.vm} not found on {source.name}: {err}")
-        try:
-            pool.get(target.name)
-        except (HostUnreachable, HostTimeout) as err:
-            # Migrating to a host we cannot look at would leave the outcome unknowable.
-            refused = f"not started, target {target.name} unreachable: {err}"
-            return self._verify(move, began, pool, found, _Job(), refused, target_known=False)
-        call = migration_call(self.desired, target)
-        if move.migration_class is MigrationClass.COPY:
-            call = copy_call(call, self.desired, move)
-        job = self._run(move, dom, call, memory, on_progress, abort)
+        # The migration and its watcher on a connection of their own (see the pool's doc).
+        with pool.dedicated(source.name) as conn:
+            try:
+                dom = conn.lookupByUUIDString(uuid) if uuid else conn.lookupByName(move.vm)
+                found: str = dom.UUIDString()
+                memory = move.memory or int(dom.maxMemory()) * 1024
+            except libvirt.libvirtError as err:
+                why = f"{move.vm} not found on {source.name}: {err}"
+                return failed_before_start(move, began, why)
+            try:
+                pool.get(target.name)
+            except (HostUnreachable, HostTimeout) as err:
+                # Migrating to a host we cannot look at would leave the outcome unknowable.
+                refused = f"not started, target {target.name} unreachable: {err}"
+                return self._verify(move, began, pool, found, _Job(), refused, target_known=False)
+            call = migration_call(self.desired, target)
+            if move.migration_class is MigrationClass.COPY:
+                call = copy_call(call, self.desired, move)
+            job = self._run(move, dom, call, memory, on_progress, abort)
+            if job.abandoned:
+                pool.retire(conn)
         error: str | None = None
         if job.abort_reason is not None:
             error = f"aborted: {job.abort_reason}"

@@ -7,17 +7,22 @@ process's libvirt event loop), reused by every later call, reopened once when li
 broke, and closed when the command ends (``close()``, or leaving ``with``).
 
 libvirt connections may be used from several threads at once (the remote driver multiplexes
-calls over one socket), so the migrator's worker threads, its watcher and the executor's thread
-share a host's connection; the pool only serialises opening it. Keepalive bounds every call on
-an open connection: a host that stops answering fails its calls within ``keepalive_interval x
-keepalive_count`` seconds, and its connection is reopened on the next use.
+calls over one socket), so the observer, the recorder and the migrator's checks share a host's
+connection; the pool only serialises opening it. A migration and its watcher take a connection
+of their own (``dedicated``): on a connection where a migration's job is being read, libvirt
+holds other calls until that reading returns, which near a migration's end is 100-250 ms, and
+those calls are the next move's intent and the looks admission waits for. Dedicated
+connections are kept for the next migration from that host and closed with the pool.
+Keepalive bounds every call on an open connection: a host that stops answering fails its
+calls within ``keepalive_interval x keepalive_count`` seconds, and its connection is reopened
+on the next use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -43,6 +48,10 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
         self._conns: dict[str, Any] = {}
+        self._idle: dict[str, list[Any]] = {}
+        """Dedicated connections no migration uses now, by host."""
+        self._retired: list[Any] = []
+        """Dedicated connections a call may still be using: closed with the pool."""
         self._closed = False
         self.opened = 0
         """Connections opened so far (reopenings included): for tests and benchmarks."""
@@ -103,12 +112,54 @@ class ConnectionPool:
             self.broken(host, conn)
         return fn(self.get(host))
 
+    @contextlib.contextmanager
+    def dedicated(self, host: str) -> Iterator[Any]:
+        """A connection to ``host`` that no other caller uses until the block ends: an idle
+        one kept from an earlier block, or a new one (HostUnreachable/HostTimeout when it
+        cannot be opened). It is kept for the next block unless it broke or the pool closed."""
+        uri = self.uri(host)
+        conn = None
+        with self._lock:
+            idle = self._idle.get(host, [])
+            while idle and conn is None:
+                candidate = idle.pop()
+                if _alive(candidate):
+                    conn = candidate
+                else:
+                    close_connection(candidate)
+            if self._closed:
+                raise RuntimeError("the connection pool is closed")
+        if conn is None:
+            conn = open_connection(uri, self.settings)
+            with self._lock:
+                self.opened += 1
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                retired = any(c is conn for c in self._retired)
+                keep = not retired and not self._closed and _alive(conn)
+                if keep:
+                    self._idle.setdefault(host, []).append(conn)
+            if not keep and not retired:
+                close_connection(conn)
+
+    def retire(self, conn: Any) -> None:
+        """``conn``, a dedicated connection, is not lent again: a call on it has not returned
+        (a migration libvirt did not end). It is closed with the pool, not before, so that
+        call is not cut off."""
+        with self._lock:
+            self._retired.append(conn)
+
     def close(self) -> None:
-        """Close every connection; later ``get`` calls fail."""
+        """Close every connection; later ``get`` calls fail. A dedicated connection still in
+        use is closed when its block ends."""
         with self._lock:
             self._closed = True
             conns, self._conns = self._conns, {}
-        for conn in conns.values():
+            idle, self._idle = self._idle, {}
+            retired, self._retired = self._retired, []
+        for conn in [*conns.values(), *(c for cs in idle.values() for c in cs), *retired]:
             close_connection(conn)
 
     def __enter__(self) -> ConnectionPool:
