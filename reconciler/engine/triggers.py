@@ -13,8 +13,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from watchfiles import watch
-
 from reconciler.errors import ReconcilerError
 
 log = logging.getLogger(__name__)
@@ -71,6 +69,9 @@ class FolderWatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        # imported here: apply and drain hold the cluster through this module but never watch
+        from watchfiles import watch
+
         try:
             for changes in watch(
                 self.folder,

@@ -3,6 +3,8 @@ it tells the round, and what stopping releases. No thread runs unless a test sta
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -307,3 +309,13 @@ def test_stop_does_not_wait_for_a_renewal_that_hangs_beyond_its_bound() -> None:
         assert k.changes == [True, False]
     finally:
         lease.go.set()
+
+
+def test_holding_a_cluster_does_not_load_the_folder_watcher() -> None:
+    """apply and drain hold the cluster through these modules at every start; only run watches."""
+    code = (
+        "import sys\n"
+        "import reconciler.cli.apply, reconciler.engine.leadership, reconciler.engine.triggers\n"
+        "assert 'watchfiles' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
