@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from reconciler.core import exact, observations, planner
 from reconciler.core.admission import AdmitCode, Verdict, admit, judge
 from reconciler.core.admission_view import AdmissionView
-from reconciler.core.hugepages import need_in_xml, pages_for, pages_moved, rooms
+from reconciler.core.hugepages import (
+    kib_of,
+    need_in_xml,
+    pages_for,
+    pages_moved,
+    rooms,
+    started,
+)
 from reconciler.core.placer import place
 from reconciler.core.planner import plan
 from reconciler.core.recovery import restart_plan
@@ -343,6 +350,23 @@ def test_a_unit_moving_together_is_summed_against_the_room() -> None:
     assert sorted((m.vm, m.target) for m in [*p.moves, *p.deferred]) == [("x", "h2"), ("y", "h2")]
 
 
+def test_a_vm_resting_on_the_target_is_counted_once_beside_an_incoming_copy() -> None:
+    # h1's room is 768: a's incoming copy holds 512 of it, r (not moving) the other 256, so
+    # nothing is free for c; only the incoming copy's pages are counted as the move's, not r's
+    d, s = _two_for_h1(768)
+    incoming = paged(vm("a", "h1"), 512).model_copy(update={"state": VmRunState.PAUSED})
+    flying = snapshot(
+        [free(host_state("h0"), p2048=0), free(host_state("h1"), p2048=0)],
+        [*s.vms, incoming, paged(vm("r", "h1"), 256), paged(vm("c", "h0"), 256)],
+        [InFlight(name="a", uuid="uuid-a", hosts=["h0", "h1"])],
+    )
+    (verdict,) = admit(d, flying, [_to_h1("c")], [_to_h1("a")], NOW)
+    assert (verdict.verdict, verdict.code) == (Verdict.SKIP, AdmitCode.NO_ROOM), verdict.message
+    assert verdict.message == (
+        "h1 has room for 768 hugepages of 2048 KiB, the VMs planned there need 1024"
+    )
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 
@@ -358,6 +382,36 @@ def test_pages_round_up_and_an_xml_tells_its_need() -> None:
     assert need_in_xml(one_gib) == (ONE_GIB, 4)
     assert need_in_xml("<domain><memory>1024</memory></domain>") is None
     assert need_in_xml("not xml") is None
+    # backed by huge pages but no memory given: no page to hold
+    no_memory = "<domain><memoryBacking><hugepages/></memoryBacking></domain>"
+    assert need_in_xml(no_memory) == (TWO_MIB, 0)
+
+
+def test_a_page_size_of_nothing_holds_no_memory_and_of_one_kib_a_page_a_kib() -> None:
+    assert pages_for(GIB, 0) == 0
+    assert pages_for(GIB, -4) == 0
+    assert pages_for(1024, 1) == 1
+    assert pages_for(1025, 1) == 2
+
+
+def test_libvirt_sizes_read_in_their_unit_kib_without_one_and_none_when_unreadable() -> None:
+    assert kib_of("4", None) == 4
+    assert kib_of(" 8 ", "k") == 8
+    assert kib_of("4", "MiB") == 4096
+    assert kib_of("2", "GiB") == 2 * 1024 * 1024
+    assert kib_of("1024", "bytes") == 1
+    assert kib_of("x", "KiB") is None
+    assert kib_of(None, None) is None
+    assert kib_of("4", "furlongs") is None
+
+
+def test_a_vm_started_takes_pages_of_a_size_its_host_listed_none_free_of() -> None:
+    h1 = free(host_state("h1"), p2048=10)
+    s = snapshot([h1], [])
+    after = started(s, paged(vm("big", "h1"), 2, kib=ONE_GIB))
+    assert after.hosts[0].hugepages_free == {TWO_MIB: 10, ONE_GIB: -2}
+    after = started(s, paged(vm("small", "h1"), 4))
+    assert after.hosts[0].hugepages_free == {TWO_MIB: 6}
 
 
 def test_a_hosts_room_is_its_free_pages_plus_what_its_running_vms_hold() -> None:
