@@ -110,6 +110,20 @@ def test_changes_a_build_would_index_differently_drop_the_model() -> None:
         assert view.builds == 2, what
 
 
+def test_a_vm_seen_backed_by_huge_pages_drops_the_model_which_then_counts_them() -> None:
+    # restarted with huge pages: a host's room counts every VM on it, so the model is built
+    # again, and the verdicts are a build's on the merged picture
+    view, reference = _built()
+    a_vms = _on(reference, "a")
+    paged = a_vms[0].model_copy(update={"hugepage_kib": 2048, "hugepages": 64})
+    seen = host_state("a").model_copy(update={"hugepages_free": {2048: 0}})
+    fresh = _fresh([seen], [paged, *a_vms[1:]])
+    view.replace_hosts(fresh)
+    _same(view, merged(reference, fresh))
+    assert view.builds == 2
+    assert view.model()[0].paged
+
+
 def test_a_host_changing_what_it_can_take_drops_the_model() -> None:
     for what, seen in {
         "unreachable": host_state("b", reachable=False),

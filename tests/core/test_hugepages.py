@@ -19,6 +19,7 @@ from reconciler.core.admission_view import AdmissionView
 from reconciler.core.hugepages import (
     kib_of,
     need_in_xml,
+    need_of,
     pages_for,
     pages_moved,
     rooms,
@@ -403,6 +404,42 @@ def test_libvirt_sizes_read_in_their_unit_kib_without_one_and_none_when_unreadab
     assert kib_of("x", "KiB") is None
     assert kib_of(None, None) is None
     assert kib_of("4", "furlongs") is None
+
+
+def test_a_vm_holds_pages_only_with_a_size_a_count_and_while_active() -> None:
+    base = vm("a", "h0")
+    assert need_of(paged(base, 4)) == (TWO_MIB, 4)
+    assert need_of(paged(base, 0)) is None
+    assert need_of(base.model_copy(update={"hugepages": 4})) is None  # no page size
+    assert need_of(paged(base, 4).model_copy(update={"state": VmRunState.SHUTOFF})) is None
+
+
+def test_moves_in_a_snapshot_shift_pages_per_host_and_size_and_leave_the_rest_as_they_were() -> (
+    None
+):
+    hosts = [
+        free(host_state("h0"), p2048=0, p1048576=1),
+        host_state("h1"),  # reported no free pages: not limited, nothing to shift
+        free(host_state("h2"), p2048=1024),
+        free(host_state("h3"), p2048=5),  # untouched
+    ]
+    moves = [
+        (vm("plain", "h0"), "h2"),  # no pages: skipped, the later moves still count
+        (paged(vm("a", "h0"), 100), "h2"),
+        (paged(vm("b", "h0"), 50), "h2"),  # same size, same hosts: summed with a's
+        (paged(vm("c", "h0"), 7), "h0"),  # stays: nothing moves
+        (paged(vm("d", "h0"), 10), "h1"),
+        (paged(vm("big", "h2"), 2000), "h0"),  # more than h0 has free: floored at 0
+    ]
+    after = pages_moved(hosts, moves)
+    assert [h.name for h in after] == ["h0", "h1", "h2", "h3"]
+    assert after[0].hugepages_free == {TWO_MIB: 0, ONE_GIB: 1}
+    assert after[1] == hosts[1]
+    assert after[2].hugepages_free == {TWO_MIB: 1024 - 150 + 2000}
+    assert after[3] == hosts[3]
+    moved_out = pages_moved(hosts, [(paged(vm("a", "h0"), 100), "h2")])
+    assert moved_out[0].hugepages_free == {TWO_MIB: 100, ONE_GIB: 1}
+    assert moved_out[2].hugepages_free == {TWO_MIB: 924}
 
 
 def test_a_vm_started_takes_pages_of_a_size_its_host_listed_none_free_of() -> None:
