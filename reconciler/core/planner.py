@@ -14,6 +14,9 @@ See ``docs/planner.md`` for the rules it follows and the reasons it gives.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from datetime import datetime
 
 from reconciler.core import headroom
@@ -47,6 +50,29 @@ MIN_BALANCE_MOVES = 50
 
 def plan(desired: DesiredState, snapshot: Snapshot, history: History, *, now: datetime) -> Plan:
     """The plan for ``snapshot`` under ``desired``; never raises for infeasible states."""
+    with collector_paused():
+        return _plan(desired, snapshot, history, now)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for the block, then as it was.
+
+    A plan makes hundreds of thousands of short-lived objects, and every collection they set
+    off walks the whole input too (25,000 VMs at 1,000 hosts): a quarter to a third of the
+    plan's time. What a plan drops is freed by reference counting as it goes; a cycle, if
+    any, by the first collection after it. The plan itself does not change.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: datetime) -> Plan:
     spec = desired.policy.spec
     model, state = build(desired, snapshot)
     before = state.copy()

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 
+import pytest
+
+from reconciler.core import planner as planner_module
 from reconciler.core.planner import plan
+from reconciler.core.state import build
 from reconciler.model.cluster import Host
 from reconciler.model.history import History
 from reconciler.model.plan import Plan, Reason, UnsatisfiableCode
@@ -562,3 +567,32 @@ def test_balance_searches_other_first_moves_when_greedy_stops_over_the_threshold
         ],
     )
     assert run(d, end).moves == []
+
+
+def test_the_collector_is_held_off_while_planning_and_left_as_it_was() -> None:
+    d = desired([host("a"), host("b"), host("c")], threshold=20)
+    s = snapshot(
+        [host_state("a"), host_state("b"), host_state("c")],
+        [vm(f"hot-{i}", "a", memory_gib=8, cpu_used=2) for i in range(5)],
+    )
+    seen: list[bool] = []
+    real = build
+
+    def build_noting(*args: object) -> object:
+        seen.append(gc.isenabled())
+        return real(*args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planner_module, "build", build_noting)
+        assert gc.isenabled()
+        paused = run(d, s)
+        assert gc.isenabled()  # enabled again
+        gc.disable()
+        try:
+            run(d, s)
+            assert not gc.isenabled()  # a caller's choice is kept
+        finally:
+            gc.enable()
+    assert seen == [False, False]
+    # the same plan as with the collector running throughout
+    assert planner_module._plan(d, s, History(), NOW) == paused
