@@ -4,8 +4,10 @@ and live migration between lab hosts configured by the lab's Cluster alone."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,15 +174,19 @@ def test_lab_down_stops_a_capabilities_probe_its_killed_daemon_left(tmp_path: Pa
     lab = start_lab_or_skip(directory, hosts=2, vms=0)
     probe = Path(lab.host("kvm-01").path) / "lib" / "qemu" / "qmp-probe"
     probe.mkdir(parents=True)
+    # the monitor's socket in a short folder: a unix socket's path has at most 107 bytes
+    sockets = Path(tempfile.mkdtemp(prefix="qmp-", dir="/tmp"))
     subprocess.run(
         [
             "qemu-system-x86_64", "-S", "-no-user-config", "-nodefaults", "-nographic",
-            "-machine", "none", "-qmp", f"unix:{probe}/qmp.monitor,server=on,wait=off",
+            "-machine", "none", "-qmp", f"unix:{sockets}/qmp.monitor,server=on,wait=off",
             "-pidfile", f"{probe}/qmp.pid", "-daemonize",
         ],
         check=True,
         timeout=30,
+        capture_output=True,
     )  # fmt: skip
+    shutil.rmtree(sockets)  # the daemonized probe keeps its socket open
     pid = read_pid(probe / "qmp.pid")
     assert pid is not None
     assert pid_alive(pid)
