@@ -119,16 +119,19 @@ class ConnectionPool:
         cannot be opened). It is kept for the next block unless it broke or the pool closed."""
         uri = self.uri(host)
         conn = None
+        stale: list[Any] = []
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the connection pool is closed")
             idle = self._idle.get(host, [])
             while idle and conn is None:
                 candidate = idle.pop()
                 if _alive(candidate):
                     conn = candidate
                 else:
-                    close_connection(candidate)
-            if self._closed:
-                raise RuntimeError("the connection pool is closed")
+                    stale.append(candidate)
+        for broken in stale:  # outside the lock: closing may wait on the host
+            close_connection(broken)
         if conn is None:
             conn = open_connection(uri, self.settings)
             with self._lock:
