@@ -33,6 +33,7 @@ DOMAIN = """<domain type='kvm'><name>a</name><memory unit='GiB'>4</memory>
 
 
 def _error(code: int, message: str) -> libvirt.libvirtError:
+    libvirt.virResetLastError()  # else the text is the thread's last libvirt error's
     err = libvirt.libvirtError(message)
     err.err = (code, 0, message, 2, "", None, None, -1, -1)
     return err

@@ -77,6 +77,7 @@ def test_a_host_without_sizes_or_an_answer_reports_none() -> None:
     assert free_hugepages(_probe(nothing), []) is None
     assert nothing.asked == [], "no huge page size: nothing to ask"
     assert free_hugepages(_probe(nothing), [2048]) is None  # libvirt's test driver
+    libvirt.virResetLastError()  # else the text is the thread's last libvirt error's
     unsupported = libvirt.libvirtError("this function is not supported by the connection driver")
     unsupported.err = (libvirt.VIR_ERR_NO_SUPPORT, 0, "no", 2, "", None, None, -1, -1)
     assert free_hugepages(_probe(FakeConn(unsupported)), [2048]) is None

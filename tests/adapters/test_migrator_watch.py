@@ -53,6 +53,9 @@ DONE = "done"
 
 
 def error(code: int, text: str) -> libvirt.libvirtError:
+    # libvirtError takes its text from the thread's last libvirt error when there is one (an
+    # earlier test's call on a closed connection, say), not from its argument
+    libvirt.virResetLastError()
     err = libvirt.libvirtError(text)
     err.err = (code, 0, text, 2, None, None, None, 0, 0)
     return err
