@@ -182,7 +182,8 @@ class LibvirtMigrator:
     """``Migrator`` for libvirt: one verified peer-to-peer live migration per ``migrate``.
 
     Over the command's open connections (``pool``); built without a pool, each migration
-    opens its own two connections and closes them afterwards.
+    opens its own connections (one to each host, and one to the source for the migration and
+    its watcher) and closes them afterwards.
     """
 
     def __init__(
