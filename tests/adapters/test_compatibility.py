@@ -24,19 +24,13 @@ from reconciler.adapters.libvirt.compatibility import (
     needs_of,
 )
 from reconciler.adapters.libvirt.pool import ConnectionPool
+from tests.adapters.test_migrator_watch import error
 from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
 MIB = 1024**2
 DOMAIN = """<domain type='kvm'><name>a</name><memory unit='GiB'>4</memory>
 <os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type></os>{cpu}{backing}
 <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices></domain>"""
-
-
-def _error(code: int, message: str) -> libvirt.libvirtError:
-    libvirt.virResetLastError()  # else the text is the thread's last libvirt error's
-    err = libvirt.libvirtError(message)
-    err.err = (code, 0, message, 2, "", None, None, -1, -1)
-    return err
 
 
 class FakeConn:
@@ -63,7 +57,7 @@ class FakeConn:
     def getDomainCapabilities(self, emulator: Any, arch: Any, machine: Any, *_: Any) -> str:  # noqa: N802
         self.asked.append("caps")
         if machine is not None and machine not in self.machines:
-            raise _error(libvirt.VIR_ERR_INVALID_ARG, f"the machine '{machine}' is not supported")
+            raise error(libvirt.VIR_ERR_INVALID_ARG, f"the machine '{machine}' is not supported")
         return (
             "<domainCapabilities><cpu><mode name='host-model' supported='yes'>"
             "<model fallback='forbid'>EPYC-Milan</model><vendor>AMD</vendor>"
@@ -109,7 +103,7 @@ def test_needs_are_read_from_the_domain_xml() -> None:
 
 
 def test_an_incompatible_cpu_is_refused_with_libvirts_words_and_asked_once_per_pair() -> None:
-    no = _error(
+    no = error(
         libvirt.VIR_ERR_CPU_INCOMPATIBLE, "Host CPU does not provide required features: avx512f"
     )
     conns = {"h0": FakeConn(), "h1": FakeConn(cpu=no), "h2": FakeConn()}
@@ -147,7 +141,7 @@ def test_hugepages_are_no_refusal_here_the_planner_counts_them() -> None:
 
 
 def test_a_shut_off_vm_is_checked_for_its_machine_type_only() -> None:
-    no = _error(libvirt.VIR_ERR_CPU_INCOMPATIBLE, "incompatible")
+    no = error(libvirt.VIR_ERR_CPU_INCOMPATIBLE, "incompatible")
     conns = {"h0": FakeConn(), "h1": FakeConn(cpu=no, free_pages=0)}
     needs = _needs("<cpu mode='host-passthrough'/>", "<memoryBacking><hugepages/></memoryBacking>")
     vm = Candidate("h0", "u", needs, running=False)

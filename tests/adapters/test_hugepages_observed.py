@@ -28,6 +28,7 @@ from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.model.base import API_VERSION, Metadata
 from reconciler.model.cluster import Cluster, ClusterSpec, Host
 from reconciler.model.snapshot import Snapshot
+from tests.adapters.test_migrator_watch import error
 from tests.core.builders import NOW, host_state, snapshot, vm
 
 CAPS = """<capabilities>
@@ -77,9 +78,7 @@ def test_a_host_without_sizes_or_an_answer_reports_none() -> None:
     assert free_hugepages(_probe(nothing), []) is None
     assert nothing.asked == [], "no huge page size: nothing to ask"
     assert free_hugepages(_probe(nothing), [2048]) is None  # libvirt's test driver
-    libvirt.virResetLastError()  # else the text is the thread's last libvirt error's
-    unsupported = libvirt.libvirtError("this function is not supported by the connection driver")
-    unsupported.err = (libvirt.VIR_ERR_NO_SUPPORT, 0, "no", 2, "", None, None, -1, -1)
+    unsupported = error(libvirt.VIR_ERR_NO_SUPPORT, "no")
     assert free_hugepages(_probe(FakeConn(unsupported)), [2048]) is None
 
 
