@@ -71,6 +71,10 @@ class HoldRequest:
     identity: str | None = None
     """This holder's name in a lease (None: command@host:pid:start)."""
 
+    def __post_init__(self) -> None:
+        if self.kind is not HoldKind.LOCK and not self.url:
+            raise ValueError(f"a hold through the {self.kind.value} needs its URL")
+
 
 @dataclass(frozen=True)
 class ObserveOverrides:
