@@ -68,7 +68,9 @@ class Migrator(Protocol):
         The domain is looked up by ``uuid`` when given (a name can be reused), else by name.
 
         Blocks until the job ends; setting ``abort`` aborts the job (the VM stays on the
-        source). Never raises for a failed migration: the result says what happened.
+        source). Never raises: a failed migration, and one that could not start (a host not in
+        the cluster or not answering, the VM not found there), is a result that says what
+        happened, ``succeeded`` False.
         """
         ...
 

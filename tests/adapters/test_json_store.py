@@ -17,8 +17,8 @@ from reconciler.adapters.files.json_store import JsonStore
 from reconciler.adapters.files.recovery import FileRecoveryStore
 from reconciler.adapters.files.status import FileStatusStore
 from reconciler.adapters.files.text import TextFile
-from reconciler.adapters.libvirt.disk_moves import Volume
 from reconciler.adapters.libvirt.leftovers import Leftover, Leftovers
+from reconciler.adapters.libvirt.volumes import Volume
 from reconciler.errors import ReconcilerError, TerminalError
 from reconciler.model.recovery import RecoveryState
 from reconciler.model.status import ReconcileStatus

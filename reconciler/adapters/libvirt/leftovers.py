@@ -27,16 +27,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import libvirt
 
 from reconciler.adapters.files.json_store import JsonStore
 from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.volumes import Volume
 from reconciler.errors import ReconcilerError
-
-if TYPE_CHECKING:
-    from reconciler.adapters.libvirt.disk_moves import Volume
 
 log = logging.getLogger(__name__)
 
