@@ -1,22 +1,27 @@
-"""The one way the reconciler runs an external command (a fence agent, a hook).
+"""The one way the reconciler runs an external program: fence agents and hooks through
+``run_command``, git through ``run_process`` (``reconciler.adapters.git.runner``).
 
-``run_command`` runs an argv list without a shell and returns what happened; it never raises
-for the command's own failure. What it guarantees:
+``run_process`` is the process handling both share:
 
-- **The timeout bounds the whole call.** The command runs in a session of its own. When the
+- **The timeout bounds the whole call.** The program runs in a session of its own. When the
   time is up its process group is killed (SIGKILL) and the call returns at once: the output
-  pipe is not read past the deadline and nothing waits for a process that left the group
-  (``setsid``) and still holds the pipe. When the command exits in time, what it wrote is
-  read and the call returns without waiting for the end of the pipe, which a process it
-  left behind may hold; what is left of its process group is killed.
-- **Bounded output.** stdout and stderr are read together, as one stream; at most
-  ``max_output`` bytes are kept (the first and the last half), the rest is counted and
-  dropped, so a command that writes without end neither blocks nor fills memory.
-- **No secret on argv or in the output.** The argv is visible to every user (``ps``), so a
-  command whose argv holds a known secret (``reconciler.redact``: the reconciler's secret
-  environment variables, what was registered, ``secrets`` given here) is not run. Secrets
-  reach a command through its environment (``env``) or stdin (``input``); the output is
-  scrubbed of them. The reconciler's own secrets (``redact.SECRET_ENV``) are not passed on.
+  pipes are not read past the deadline and nothing waits for a process that left the group
+  (``setsid``) and still holds a pipe. When the program exits in time, what it wrote is read
+  and the call returns without waiting for the end of its pipes, which a process it left
+  behind may hold (an ssh ``ControlPersist`` master, a daemonized helper); what is left of
+  its process group is killed.
+- **Bounded output.** At most ``max_output`` bytes of each stream are kept (the first and the
+  last half), the rest is counted and dropped, so a program that writes without end neither
+  blocks nor fills memory. ``None`` keeps all of stdout (git's data); stderr stays bounded.
+
+``run_command`` adds what a command from the user's configuration needs. It never raises for
+the command's own failure (the result says what happened); stdout and stderr are read as one
+stream. **No secret on argv or in the output:** argv is visible to every user (``ps``), so a
+command whose argv holds a known secret (``reconciler.redact``: the reconciler's secret
+environment variables, what was registered, ``secrets`` given here) or a URL's password is not
+run. Secrets reach a command through its environment (``env``) or stdin (``input``); the
+output is scrubbed of them. The reconciler's own secrets (``redact.SECRET_ENV``) are not
+passed on.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ MAX_OUTPUT: Final = 64 * 1024
 """Bytes of a command's output kept by default."""
 _CHUNK: Final = 64 * 1024
 _DRAIN_READS: Final = 64
-"""Reads of what is already in the pipe once the command has exited: a process it left
-behind that keeps writing must not hold the call."""
+"""Reads of what is already in a pipe once the program has exited: four times the largest
+pipe an unprivileged program can ask for (1 MiB); a process it left behind that keeps
+writing must not hold the call."""
 _POLL: Final = 0.05
 """Seconds between checks for the command's exit where pidfd_open is not available."""
 _URL_PASSWORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
@@ -90,17 +96,36 @@ class CommandResult:
         return f"exit {code}"
 
 
-class _Output:
-    """The first and last ``limit // 2`` bytes of a stream, and how many were dropped."""
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a program did: its exit, its output, and whether it was killed at the timeout."""
 
-    def __init__(self, limit: int) -> None:
-        self.head_limit = limit - limit // 2
-        self.tail_limit = limit // 2
+    returncode: int | None
+    """Its exit status (negative: the signal that ended it); None when killed at the timeout."""
+    stdout: bytes
+    """stdout (with stderr when merged), at most ``max_output`` bytes of it."""
+    stderr: bytes
+    seconds: float
+    timed_out: bool = False
+    dropped: int = 0
+    """Bytes of stdout left out (the middle of it)."""
+
+
+class _Output:
+    """The first and last ``limit // 2`` bytes of a stream (all of it when ``limit`` is
+    None), and how many were dropped."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.head_limit = limit - limit // 2 if limit is not None else None
+        self.tail_limit = limit // 2 if limit is not None else 0
         self.head = bytearray()
         self.tail = bytearray()
         self.dropped = 0
 
     def add(self, chunk: bytes) -> None:
+        if self.head_limit is None:
+            self.head += chunk
+            return
         room = self.head_limit - len(self.head)
         if room > 0:
             self.head += chunk[:room]
@@ -113,12 +138,10 @@ class _Output:
             del self.tail[:over]
             self.dropped += over
 
-    def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
+    def data(self) -> bytes:
         if self.dropped:
-            return f"{head}\n[... {self.dropped} bytes left out ...]\n{tail}"
-        return head + tail
+            return bytes(self.head) + b"\n[... %d bytes left out ...]\n" % self.dropped + self.tail
+        return bytes(self.head + self.tail)
 
 
 def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -174,15 +197,10 @@ def run_command(
         )
     log.debug("running %s (timeout %g s)", " ".join(args), timeout)
     try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=_environment(env),
-            cwd=cwd,
-            start_new_session=True,  # one group to kill; no terminal to prompt on
-        )
+        done = run_process(
+            args, timeout=timeout, env=_environment(env), input=input, cwd=cwd,
+            max_output=max_output,
+        )  # fmt: skip
     except OSError as err:
         return CommandResult(
             args,
@@ -191,17 +209,49 @@ def run_command(
             time.monotonic() - started,
             error=f"cannot run {args[0]}: {err.strerror or err}",
         )
-    output = _Output(max_output)
-    with _Watch(proc) as watch:
-        timed_out = not watch.run(started + timeout, output, input)
-    seconds = time.monotonic() - started
     return CommandResult(
         args,
-        None if timed_out else proc.returncode,
-        _scrubbed(output.text(), secrets),
-        seconds,
-        timed_out=timed_out,
-        dropped=output.dropped,
+        done.returncode,
+        _scrubbed(done.stdout.decode("utf-8", "replace"), secrets),
+        done.seconds,
+        timed_out=done.timed_out,
+        dropped=done.dropped,
+    )
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str],
+    input: bytes | None = None,
+    cwd: Path | None = None,
+    max_output: int | None = MAX_OUTPUT,
+    merge_stderr: bool = True,
+) -> ProcessResult:
+    """Run ``argv`` with exactly ``env`` for at most ``timeout`` seconds, its output pipes
+    included; OSError when it cannot start. ``input`` is written to its stdin (else stdin is
+    empty); stderr is read with stdout unless ``merge_stderr`` is off."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,  # one group to kill; no terminal to prompt on
+    )
+    out, err = _Output(max_output), _Output(max_output or MAX_OUTPUT)
+    with _Watch(proc) as watch:
+        exited = watch.run(started + timeout, out, err, input)
+    return ProcessResult(
+        proc.returncode if exited else None,
+        out.data(),
+        err.data(),
+        time.monotonic() - started,
+        timed_out=not exited,
+        dropped=out.dropped,
     )
 
 
@@ -221,20 +271,24 @@ class _Watch:
 
     def __exit__(self, *_: object) -> None:
         self.selector.close()
-        for pipe in (self.proc.stdin, self.proc.stdout):
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
         if self.pidfd is not None:
             os.close(self.pidfd)
 
-    def run(self, deadline: float, output: _Output, feed: bytes | None) -> bool:
-        """True when the command exited before ``deadline``; False when it was killed."""
+    def run(self, deadline: float, out: _Output, err: _Output, feed: bytes | None) -> bool:
+        """True when the program exited before ``deadline``; False when it was killed."""
         proc = self.proc
-        assert proc.stdout is not None
-        out = proc.stdout.fileno()
-        os.set_blocking(out, False)
-        self.selector.register(out, selectors.EVENT_READ, "out")
+        streams = {
+            pipe.fileno(): into
+            for pipe, into in ((proc.stdout, out), (proc.stderr, err))
+            if pipe is not None
+        }
+        for fd in streams:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, "out")
         pending = memoryview(feed or b"")
         if proc.stdin is not None:
             os.set_blocking(proc.stdin.fileno(), False)
@@ -252,19 +306,21 @@ class _Watch:
                 return False
             wait = remaining if self.pidfd is not None else min(remaining, _POLL)
             for key, _ in self.selector.select(wait):
-                if key.data == "out" and not self._read(out, output):
-                    self.selector.unregister(out)
+                if key.data == "out" and not self._read(key.fd, streams[key.fd]):
+                    self.selector.unregister(key.fd)
                 elif key.data == "in":
                     pending = self._write(pending)
                 elif key.data == "exit":
                     exited = True
             if self.pidfd is None:
                 exited = self._exited()
-        # exited: what it wrote is in the pipe; a process it left behind may hold the pipe
-        # open for ever, so read only what is there already
-        for _ in range(_DRAIN_READS):
-            if time.monotonic() >= deadline or not self._read(out, output):
-                break
+        # exited: what it wrote is in the pipes (at most a pipe's capacity, read without
+        # waiting); a process it left behind may hold them open for ever and keep writing,
+        # so read only that much
+        for fd, into in streams.items():
+            for _ in range(_DRAIN_READS):
+                if not self._read(fd, into):
+                    break
         self._kill()  # whatever it left in its group
         return True
 
