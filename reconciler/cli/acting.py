@@ -207,7 +207,11 @@ class ActingPath:
             yield RoundPorts(
                 observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
                 migrator=LibvirtMigrator(
-                    desired, connection=settings, pool=pool, leftovers=leftovers
+                    desired,
+                    connection=settings,
+                    pool=pool,
+                    leftovers=leftovers,
+                    shared_paths=self.request.observe.shared_paths,
                 ),
                 recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
                 status=status_store(self.state_dir, cluster),
@@ -236,11 +240,9 @@ class ActingPath:
     ) -> RoundReport:
         """One round on what ``loaded`` read; ``trigger`` is what started it, ``merge`` that a
         change of the desired state asked for its moves (for the audit commit's trigger)."""
-        from reconciler.engine.round import run_round
+        from reconciler.engine.round import RoundOptions, run_round
 
-        return run_round(
-            loaded.desired,
-            ports,
+        options = RoundOptions(
             act=act,
             holds=holds,
             trigger=trigger,
@@ -254,6 +256,7 @@ class ActingPath:
             on_event=on_event,
             on_plan=on_plan,
         )
+        return run_round(loaded.desired, ports, options)
 
     def audit_trigger(self, round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:
         """The Reconciler-Trigger of a round's audit commit: the request's, else told by the
