@@ -33,12 +33,16 @@ _READY_TIMEOUT: Final = 30.0
 _HTTP_TIMEOUT: Final = 2.0
 
 
+def _find(binary: str) -> str | None:
+    places = (Path("/usr/bin") / binary, Path("/usr/sbin") / binary)
+    return shutil.which(binary) or next((str(p) for p in places if p.is_file()), None)
+
+
 def check_metrics_requirements() -> dict[str, str]:
     """The binaries ``--metrics`` runs, by name; LabError names the package that is missing."""
     found = {}
     for binary, package in ((EXPORTER, EXPORTER), (PROMETHEUS, "prometheus"), ("setsid", "")):
-        places = (Path("/usr/bin") / binary, Path("/usr/sbin") / binary)
-        path = shutil.which(binary) or next((str(p) for p in places if p.is_file()), None)
+        path = _find(binary)
         if path is None:
             raise LabError(
                 f"lab metrics need {binary}, which is not installed",
