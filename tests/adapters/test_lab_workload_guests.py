@@ -109,14 +109,17 @@ def test_a_guest_burns_the_share_it_is_told(guests: Lab) -> None:
 
 
 def test_a_change_of_load_shows_within_10_s(guests: Lab) -> None:
+    directory = Path(guests.dir)
     with connections(guests) as conns:
-        assert cpu_share(conns, IDLE, 1.0) < 0.3
+        assert cpu_share(conns, IDLE, 1.0) < 0.25
         began = time.monotonic()
-        answer = lab_api.set_load(Path(guests.dir), IDLE, {"cpu": 80})
-        assert answer.workload.cpu == 80
-        while (share := cpu_share(conns, IDLE, 1.0)) < 0.5:
-            assert time.monotonic() - began < 10, f"{IDLE} still at {share:.2f} after 10 s"
-        lab_api.set_load(Path(guests.dir), IDLE, {"cpu": 0})
+        try:
+            answer = lab_api.set_load(directory, IDLE, {"cpu": 80})
+            assert answer.workload.cpu == 80
+            while (share := cpu_share(conns, IDLE, 1.0)) < 0.5:
+                assert time.monotonic() - began < 10, f"{IDLE} still at {share:.2f} after 10 s"
+        finally:
+            lab_api.set_load(directory, IDLE, {"cpu": 0})
         cooled = time.monotonic()
         while (share := cpu_share(conns, IDLE, 1.0)) > 0.25:
             assert time.monotonic() - cooled < 10, f"{IDLE} still at {share:.2f} after 10 s"
@@ -240,9 +243,11 @@ def test_lab_status_and_load_commands(guests: Lab, capsys: pytest.CaptureFixture
     ]
     assert status["prometheus"] == lab_api.prometheus_url(guests)
     assert httpx.get(f"{status['prometheus']}/-/ready", timeout=5.0).status_code == 200
-    assert main(["lab", "load", IDLE, "--spike", "100,5s,60s", "--dir", directory]) == 0
-    assert capsys.readouterr().out.startswith(f"{IDLE} on kvm-0")
-    assert main(["lab", "load", IDLE, "--steady", "--cpu", "0", "--dir", directory]) == 0
+    try:
+        assert main(["lab", "load", IDLE, "--spike", "100,5s,60s", "--dir", directory]) == 0
+        assert capsys.readouterr().out.startswith(f"{IDLE} on kvm-0")
+    finally:
+        assert main(["lab", "load", IDLE, "--steady", "--cpu", "0", "--dir", directory]) == 0
     assert capsys.readouterr().out.strip().endswith(": cpu 0%")
     assert main(["lab", "load", IDLE, "--wss", "4000", "--dir", directory]) == 1
     assert "does not fit" in capsys.readouterr().err

@@ -61,16 +61,15 @@ def domain_xml(vm: LabVm, boot: GuestBoot, log: Path) -> str:
     )
 
 
-def wait_ready(dom: Any, log: Path, *, since: int, timeout: float = BOOT_TIMEOUT) -> None:
-    """Wait until the guest says ``workload ready`` in ``log`` after byte ``since``.
+def wait_ready(dom: Any, log: Path, *, timeout: float = BOOT_TIMEOUT) -> None:
+    """Wait until the guest says ``workload ready`` in its console log ``log``.
 
     LabError, with the end of its console, when the guest stops or does not say it in time.
     """
     deadline = time.monotonic() + timeout
     while True:
-        with contextlib.suppress(OSError), open(log, "rb") as out:
-            out.seek(since)
-            if READY in out.read():
+        with contextlib.suppress(OSError):
+            if READY in log.read_bytes():
                 return
         if not dom.isActive():
             raise LabError(

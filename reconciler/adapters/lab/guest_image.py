@@ -32,6 +32,8 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,9 +151,22 @@ def _read_manifest(folder: Path) -> dict[str, object]:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """The cache to this process alone; LabError when another holds it too long."""
+    deadline = time.monotonic() + _LOCK_TIMEOUT
     with open(path, "a+b") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(
+                        f"another process has held the workload guest cache {path.parent} "
+                        f"for {_LOCK_TIMEOUT:.0f}s",
+                        hint="let it finish, or remove the cache folder",
+                    ) from None
+                time.sleep(0.2)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -253,6 +268,8 @@ def _extract_kernel(dpkg_deb: str, deb: Path, folder: Path) -> Path:
     ) as unpack:
         assert unpack.stdout is not None
         kernel: Path | None = None
+        watchdog = threading.Timer(_TOOL_TIMEOUT, unpack.kill)  # ends a read that would hang
+        watchdog.start()
         try:
             with tarfile.open(fileobj=unpack.stdout, mode="r|") as tree:
                 for member in tree:
@@ -266,6 +283,7 @@ def _extract_kernel(dpkg_deb: str, deb: Path, folder: Path) -> Path:
         except tarfile.TarError as err:
             raise LabError(f"{deb.name} is not a readable Debian package: {err}") from err
         finally:
+            watchdog.cancel()
             unpack.kill()
             unpack.wait(timeout=_TOOL_TIMEOUT)
     if kernel is None:

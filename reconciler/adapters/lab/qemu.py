@@ -213,7 +213,7 @@ def start_qemu_lab(
                 log = guest_boot.console_log(directory, vm.name)
                 xml = guest_boot.domain_xml(vm, boot, log)
                 dom = _define_and_start(conns[vm.host], vm, xml, by_name[vm.host])
-                guest_boot.wait_ready(dom, log, since=0)
+                guest_boot.wait_ready(dom, log)
                 booted.append(time.monotonic() - began)
 
             processes.parallel(layout, start_vm)  # QEMU start-up dominates: all at once
