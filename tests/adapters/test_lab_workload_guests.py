@@ -136,7 +136,7 @@ def test_a_guest_burns_the_share_it_is_told(guests: Lab) -> None:
     with connections(guests) as conns:
         share, waited = measure(conns, BURNER, 5.0, guests)
     print(f"{BURNER} set to 60% used {share:.3f} of a core; its QEMU waited {waited:.3f}")
-    if not 0.55 <= share <= 0.65:
+    if share < 0.55:  # too little can be the machine's doing; too much is the guest's
         skip_if_starved(waited, f"{BURNER} set to 60% used {share:.3f} of a core")
     assert 0.55 <= share <= 0.65, f"{BURNER} set to 60% used {share:.3f} of a core"
 
