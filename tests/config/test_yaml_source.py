@@ -77,9 +77,11 @@ def test_scalar_document() -> None:
 
 
 def test_billion_laughs_is_refused_quickly() -> None:
-    start = time.monotonic()
+    # CPU time, not wall time: the point is that the expansion is cut off, not how busy the
+    # machine is (expanding it fully takes minutes of CPU)
+    start = time.process_time()
     err = _error(BILLION_LAUGHS)
-    assert time.monotonic() - start < 2
+    assert time.process_time() - start < 2
     assert err.message == (
         "the document expands to more than 100000 values (anchors and aliases repeated inside "
         "each other)"
@@ -96,9 +98,9 @@ def test_recursive_alias_is_refused() -> None:
 
 
 def test_deep_flow_nesting_is_refused_quickly() -> None:
-    start = time.monotonic()
+    start = time.process_time()  # CPU time: the parser's work, whatever else the machine does
     err = _error("a: 1\nb: " + "[" * (MAX_FILE_BYTES - 10))
-    assert time.monotonic() - start < 2
+    assert time.process_time() - start < 2
     assert (err.line, err.column) == (2, 4 + 64)
     assert err.message == "the document is nested more than 64 levels deep"
 
@@ -153,10 +155,10 @@ def test_huge_file_is_refused_before_reading(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     with path.open("wb") as handle:
         handle.truncate(50 * 1024 * 1024)
-    start = time.monotonic()
+    start = time.process_time()  # CPU time: reading 50 MiB would take it, a busy machine not
     with pytest.raises(DocumentError, match=f"over the limit of {MAX_FILE_BYTES} bytes"):
         read_documents(path, root=tmp_path)
-    assert time.monotonic() - start < 1
+    assert time.process_time() - start < 1
     assert MAX_FILE_BYTES == 16 * 1024 * 1024
 
 

@@ -29,7 +29,7 @@ from reconciler.adapters.lab.faults import (
     thaw_host,
 )
 from reconciler.config import load_desired
-from tests.e2e.test_apply_cli import assert_sound, domains
+from tests.e2e.test_apply_cli import assert_settled, assert_sound, domains
 from tests.e2e.test_run_lab import free_port, metric, start
 
 pytestmark = pytest.mark.lab
@@ -107,7 +107,7 @@ def healthz(port: int) -> tuple[int, dict[str, object]]:
 
 
 def busiest(lab: Lab) -> tuple[str, list[str]]:
-    where = assert_sound(lab)
+    where = assert_settled(lab)  # read while `run` acts: a balance move may be under way
     hosts = sorted(set(where.values()), key=lambda h: -list(where.values()).count(h))
     return hosts[0], sorted(vm for vm, h in where.items() if h == hosts[0])
 

@@ -20,7 +20,7 @@ import pytest
 from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
 from reconciler.config.yaml_edit import set_placement
-from tests.e2e.test_apply_cli import assert_sound, domains
+from tests.e2e.test_apply_cli import assert_settled, assert_sound, domains
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("libvirt")
@@ -187,7 +187,7 @@ def test_run_balances_the_lab_follows_an_edit_and_a_standby_takes_over(
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert_sound(own_lab)
+    assert_settled(own_lab)  # the first was killed, perhaps mid-migration
 
 
 def test_sigterm_mid_migration_lets_it_finish_and_every_vm_runs_once(
