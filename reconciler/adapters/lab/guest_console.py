@@ -91,7 +91,10 @@ def set_load(
             hint="change the values and try again",
         )
     settings = dict(word.split("=", 1) for word in answer.split()[2:] if "=" in word)
-    now = workload.from_settings(settings)
+    try:
+        now = workload.from_settings(settings)
+    except ValueError as err:
+        raise LabError(f"{vm} answered what is not a workload: {answer}") from err
 
     def record(current: Lab) -> Lab:
         return current.with_workload(vm, now.to_json())
