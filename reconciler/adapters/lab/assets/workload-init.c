@@ -107,11 +107,11 @@ static double busy_share(const struct settings *s, double t)
  *
  * "Busy" is counted in work, not in time: the burner spins in small rounds of CHUNK steps and
  * does as many steps in a slice as its vCPU does in share * SLICE seconds when it runs
- * undisturbed. That pace is the fastest round it has seen lately (a round the machine running
- * the guest interrupted is slower, so the fastest is an undisturbed one). So when that machine
- * is busy and takes the vCPU away for a while, the burner goes on until the work is done rather
- * than stopping at a time: the vCPU costs the machine the asked share of a core all the same,
- * as long as the machine has it to give.
+ * undisturbed. That pace is the mean of the rounds of the last slices that took less than four
+ * times the quickest one: a round during which the machine running the guest took the vCPU
+ * away takes far longer, and is left out. So when that machine is busy for a while, the burner
+ * goes on until the work is done rather than stopping at a time: the vCPU costs the machine the
+ * share of a core it was told, as long as the machine has it to give.
  */
 #define CHUNK 2000
 static void *burner(void *arg)
@@ -120,7 +120,7 @@ static void *burner(void *arg)
     CPU_ZERO(&set);
     CPU_SET((int)(long)arg, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    double pace = 0;      /* steps per second of an undisturbed vCPU, as seen lately */
+    double pace = 0; /* steps per second of an undisturbed vCPU, as seen lately */
     volatile long steps = 0;
     double next = now();
     for (;;) {
@@ -129,22 +129,30 @@ static void *burner(void *arg)
             next = start; /* far behind (the guest was paused, or starved): start afresh */
         struct settings s = snapshot();
         double share = busy_share(&s, start);
-        double work = share * SLICE * pace, done = 0, round_start = start, fastest = 0;
-        /* until the work is done; at most two slices of time, and the whole slice at 100% */
-        while (share > 0 && (done < work || pace == 0 || (share >= 1.0 && now() < start + SLICE))) {
+        double work = share * SLICE * pace, done = 0, round_start = start;
+        double quickest = 1e9, undisturbed = 0;
+        long rounds = 0;
+        /* until the work is done (the whole slice at 100%), at most two slices of time; by time
+           until the pace is known */
+        while (share > 0 && (pace == 0 || done < work || (share >= 1.0 && now() < start + SLICE))) {
             for (int i = 0; i < CHUNK; i++)
                 steps++;
             done += CHUNK;
-            double t = now();
-            if (t > round_start && CHUNK / (t - round_start) > fastest)
-                fastest = CHUNK / (t - round_start);
+            double t = now(), took = t - round_start;
             round_start = t;
+            if (took > 0 && took < quickest)
+                quickest = took;
+            if (took > 0 && took < 4 * quickest) {
+                undisturbed += took;
+                rounds++;
+            }
             if (t > start + 2 * SLICE || (pace == 0 && t > start + share * SLICE))
                 break;
         }
-        /* forget a pace slowly, so that a slower vCPU is learnt within seconds */
-        if (fastest > 0)
-            pace = fastest > pace * 0.98 ? fastest : pace * 0.98;
+        if (rounds >= 10) {
+            double seen = (double)rounds * CHUNK / undisturbed;
+            pace = pace == 0 ? seen : 0.8 * pace + 0.2 * seen;
+        }
         next += SLICE;
         sleep_until(next);
     }
@@ -209,21 +217,23 @@ static void *writer(void *arg)
 }
 
 /*
- * A process of its own on one vCPU that wakes every TICK seconds, so the vCPU switches address
- * spaces at least that often. Under TCG (QEMU 7.2) a guest that wrote memory while it migrated
- * arrived corrupted (its kernel panicked on the target host) unless its vCPUs switched address
- * spaces often: a switch flushes the emulated TLB, whose entries otherwise let writes escape the
- * migration's tracking of dirty pages. This program's threads share one address space, so
- * without these processes a vCPU would hardly ever switch.
+ * A process of its own on one vCPU that wakes every TICK seconds (every SLICE while nothing is
+ * written), so the vCPU switches address spaces at least that often. Under TCG (QEMU 7.2) a
+ * guest that wrote memory while it migrated arrived corrupted (its kernel panicked on the target
+ * host) unless its vCPUs switched address spaces often: a switch flushes the emulated TLB, whose
+ * entries otherwise let writes escape the migration's tracking of dirty pages. This program's
+ * threads share one address space, so without these processes a vCPU would hardly ever switch.
+ * Each wake costs the machine some CPU, hence the slower pace while the guest writes nothing.
  */
 #define TICK 0.01
+static volatile long *writing; /* shared with the ticking processes: is "dirty" above 0? */
 static void switch_address_spaces(long cpu)
 {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET((int)cpu, &set);
     sched_setaffinity(0, sizeof set, &set);
-    for (double next = now();; next += TICK) {
+    for (double next = now();; next += *writing ? TICK : SLICE) {
         if (next < now() - 1.0)
             next = now();
         sleep_until(next);
@@ -363,6 +373,7 @@ static void handle_line(char *line)
         if (restart)
             next.since = now();
         current = next;
+        *writing = next.dirty > 0;
         writer_failed = 0;
     }
     pthread_mutex_unlock(&lock);
@@ -412,6 +423,11 @@ int main(void)
     if (sched_getaffinity(0, sizeof online, &online) != 0)
         CPU_SET(0, &online);
     long vcpus = CPU_COUNT(&online);
+    static volatile long always = 1; /* without a shared page: tick fast all the time */
+    writing = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (writing == MAP_FAILED)
+        writing = &always;
+    *writing = current.dirty > 0;
     for (long cpu = 0; cpu < CPU_SETSIZE; cpu++)
         if (CPU_ISSET(cpu, &online) && fork() == 0)
             switch_address_spaces(cpu);
