@@ -182,18 +182,14 @@ static void *writer(void *arg)
     double due = 0, last = now();
     for (;;) {
         struct settings s = snapshot();
-        if (s.wss != mib) {
-            unsigned char *fresh = map_working_set(s.wss, stamp);
-            if (fresh == NULL) {
-                writer_failed = 1;
-            } else {
-                if (buf != NULL)
-                    munmap(buf, (size_t)mib << 20);
-                buf = fresh;
-                mib = s.wss;
-                wss_in_use = mib;
-                at = 0;
-            }
+        if (s.wss != mib) { /* the old set goes first: the check made room for the new one */
+            if (buf != NULL)
+                munmap(buf, (size_t)mib << 20);
+            buf = map_working_set(s.wss, stamp);
+            mib = buf != NULL ? s.wss : 0;
+            wss_in_use = mib;
+            writer_failed = buf == NULL;
+            at = 0;
         }
         double t = now();
         due += (double)s.dirty * (double)((1 << 20) / PAGE) * (t - last);
