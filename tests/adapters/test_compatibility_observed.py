@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from reconciler.adapters.lab import node_xml
 from reconciler.adapters.libvirt import compatibility
 from reconciler.adapters.libvirt.observer import observe_cluster
-from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host
+from reconciler.model.base import API_VERSION
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host
 from reconciler.model.snapshot import Snapshot
 from tests.adapters.test_migrator_watch import error
 
@@ -111,7 +111,7 @@ class Hosts:
         return Cluster(
             api_version=API_VERSION,
             kind="Cluster",
-            metadata=Metadata(name="c"),
+            metadata=ClusterMetadata(name="c"),
             spec=ClusterSpec(hosts=hosts),
         )
 
