@@ -158,9 +158,12 @@ def _run_lab(args: argparse.Namespace) -> int:
         _print_up(lab)
         return EXIT_OK
     if args.lab_action == "status":
-        return _status(args)
+        return _status(args.dir, args.format)
     if args.lab_action == "load":
-        return _load(args)
+        pattern = args.spike or args.ramp or ({"pattern": "steady"} if args.steady else {})
+        sizes = {"cpu": args.cpu, "dirty": args.dirty, "wss": args.wss}
+        changes = {key: value for key, value in sizes.items() if value is not None}
+        return _load(args.dir, args.vm, changes | pattern)
     if args.lab_action == "guest":
         image = libvirt_lab.ensure_guest(
             rebuild=args.rebuild, say=lambda text: print(f"{text} ...", flush=True)
@@ -212,12 +215,12 @@ def _print_up(lab: Lab) -> None:
         print(f"      reconciler lab load web-1 --cpu 80 --dir {lab.dir}")
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(directory: Path, form: str) -> int:
     from reconciler.adapters import lab as libvirt_lab
 
-    status = libvirt_lab.lab_status(args.dir)
+    status = libvirt_lab.lab_status(directory)
     code = EXIT_OK if all(h.up for h in status.hosts) else EXIT_ERROR
-    if args.format == "json":
+    if form == "json":
         print(json.dumps(asdict(status), indent=2))
         return code
     print(f"lab in {status.dir} ({status.driver} driver)")
@@ -234,14 +237,10 @@ def _status(args: argparse.Namespace) -> int:
     return code
 
 
-def _load(args: argparse.Namespace) -> int:
+def _load(directory: Path, vm: str, changes: dict[str, int | str]) -> int:
+    """Tell ``vm`` its new settings (none: ask what it does) and print its answer."""
     from reconciler.adapters import lab as libvirt_lab
 
-    changes: dict[str, int | str] = {}
-    for key in ("cpu", "dirty", "wss"):
-        if getattr(args, key) is not None:
-            changes[key] = getattr(args, key)
-    changes |= args.spike or args.ramp or ({"pattern": "steady"} if args.steady else {})
-    answer = libvirt_lab.set_load(args.dir, args.vm, changes)
+    answer = libvirt_lab.set_load(directory, vm, changes)
     print(f"{answer.vm} on {answer.host}: {answer.workload.describe()}")
     return EXIT_OK
