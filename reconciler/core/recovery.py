@@ -338,12 +338,3 @@ def stale_copies(snapshot: Snapshot, returned: Iterable[str]) -> list[Stale]:
         for vm in snapshot.vms
         if vm.host in back and vm.uuid in running and vm.state is VmRunState.SHUTOFF
     ]
-
-def split_brain(snapshot: Snapshot) -> list[str]:
-    """VMs running (or paused) on two hosts at once outside a migration."""
-    moving = {f.uuid for f in snapshot.in_flight}
-    seen: dict[str, list[str]] = {}
-    for vm in snapshot.vms:
-        if vm.state in (VmRunState.RUNNING, VmRunState.PAUSED) and vm.uuid not in moving:
-            seen.setdefault(vm.uuid, []).append(f"{vm.name}@{vm.host}")
-    return [", ".join(v) for v in seen.values() if len(v) > 1]

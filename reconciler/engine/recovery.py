@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from reconciler.core import duplicates
 from reconciler.core import recovery as decide
 from reconciler.core.definitions import redacted_definition
 from reconciler.engine.ports import (
@@ -96,6 +97,8 @@ class RecoveryReport:
     restarted: dict[str, str] = field(default_factory=dict)
     not_restarted: dict[str, str] = field(default_factory=dict)
     undefined: list[str] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    """(UUID, host) of each stale copy undefined: no longer a duplicate."""
     unfenceable: list[str] = field(default_factory=list)
     """Hosts past grace without a fence configured: never recovered."""
     waiting: dict[str, datetime] = field(default_factory=dict)
@@ -185,6 +188,7 @@ class Recovery:
                 s.runs_on,
             )
             report.undefined.append(f"{s.vm}@{s.host}")
+            report.removed.append((s.uuid, s.host))
         hosts = {h: r for h, r in state.hosts.items() if h not in back or h in left}
         for h in back:
             if h in left:
@@ -480,7 +484,8 @@ def _host(desired: DesiredState, name: str) -> Host:
 def with_recovered(
     status: ReconcileStatus, report: RecoveryReport, now: datetime
 ) -> ReconcileStatus:
-    """``status`` with the Recovered condition of ``report``."""
+    """``status`` with the Recovered condition of ``report``, and without the duplicates its
+    removal of stale copies settled."""
     trouble = report.trouble
     if report.unconfirmed:
         reason = "FenceUnconfirmed"
@@ -500,7 +505,8 @@ def with_recovered(
     conditions = with_condition(
         status.conditions, ConditionType.RECOVERED, trouble is None, reason, message, now
     )
-    return status.model_copy(update={"conditions": conditions})
+    left = duplicates.without_removed(status.duplicates, report.removed)
+    return status.model_copy(update={"conditions": conditions, "duplicates": left})
 
 
 def _with_host(
