@@ -132,6 +132,11 @@ class FakeCluster:
     def stop_vm(self, vm: str) -> None:
         self.vms[vm].state = VmRunState.SHUTOFF
 
+    def twin(self, vm: str, host: str) -> None:
+        """A second copy of ``vm`` on ``host``, in the VM's own state: running twice while it
+        runs (a fence that lied, a person's ``virsh start`` of an old copy)."""
+        self.copies[vm] = (host, ReconcilerState())
+
     # --- Observer -------------------------------------------------------------------------
 
     def _host_state(self, h: FakeHost) -> HostState:

@@ -30,7 +30,7 @@ from reconciler.model.base import Frozen
 from reconciler.model.cluster import Host, effective_migration_limits, effective_reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.policy import BalancePolicySpec, Basis
-from reconciler.model.snapshot import HostState, Snapshot, VmState
+from reconciler.model.snapshot import HostState, Snapshot, UnmigratableReason, VmState
 
 UNKNOWN_ARCH = "unknown"
 
@@ -288,6 +288,13 @@ def build(
     in_flight = {f.name for f in snapshot.in_flight}
     sightings = Counter(v.name for v in snapshot.vms)
     in_flight |= {n for n, c in sightings.items() if c > 1}
+    if in_flight:  # a duplicate is not a migration: it says why it stays (``core.duplicates``)
+        in_flight -= {
+            v.name
+            for v in snapshot.vms
+            if v.name in in_flight
+            and any(u.code is UnmigratableReason.DUPLICATE for u in v.unmigratable)
+        }
     vms: list[VmInfo] = []
     observed_host: list[int] = []
     vm_index: dict[str, int] = {}

@@ -15,6 +15,8 @@ from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import MoveOutcome, ReconcileStatus, RoundOutcome
 
+DUPLICATE_KINDS = ("running", "defined")
+"""``reconciler_duplicate_vms{kind}``: running on two hosts, or defined on two."""
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 """Seconds: an observe-only round takes well under a second, one with migrations minutes."""
 
@@ -93,6 +95,13 @@ class Metrics:
             ["cluster", "host"],
             registry=r,
         )
+        self.duplicates = Gauge(
+            "reconciler_duplicate_vms",
+            "VMs the last observation found running on two hosts (kind=running) or defined on "
+            "two outside a move (kind=defined).",
+            ["cluster", "kind"],
+            registry=r,
+        )
         self.leader = Gauge(
             "reconciler_leader",
             "1 on the active instance, 0 on a standby.",
@@ -107,6 +116,8 @@ class Metrics:
         for outcome in MoveOutcome:
             self.migrations.labels(cluster, outcome.value)
         self.leader.labels(cluster).set(0)
+        for kind in DUPLICATE_KINDS:
+            self.duplicates.labels(cluster, kind).set(0)
 
     def record_fence(self, host: str, result: str) -> None:
         self.fences.labels(self.cluster, host, result).inc()
@@ -124,6 +135,10 @@ class Metrics:
         failed = result is not None and result.outcome is RoundOutcome.FAILED
         self.reconciles.labels(self.cluster, "error" if failed else "ok").inc()
         self.duration.labels(self.cluster).observe(seconds)
+        for kind in DUPLICATE_KINDS:
+            running = kind == "running"
+            count = sum(d.running is running for d in status.duplicates)
+            self.duplicates.labels(self.cluster, kind).set(count)
         if result is None:
             return
         key = (result.started_at, result.finished_at, result.plan_id)

@@ -17,7 +17,13 @@ from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import Comment, PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
-from reconciler.model.recovery import Fence, FenceResult, RecordedSighting, RecoveryState
+from reconciler.model.recovery import (
+    Fence,
+    FenceResult,
+    PowerStatus,
+    RecordedSighting,
+    RecoveryState,
+)
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
 
@@ -108,6 +114,12 @@ class Fencer(Protocol):
         """Run ``fence`` for ``host``; never raises: the result says what happened."""
         ...
 
+    def status(self, host: str, fence: Fence) -> PowerStatus:
+        """The power state of ``host`` as the status action of ``fence`` reports it (asked
+        only of a fence that has one); never raises: ``unknown``, with why, when it cannot
+        tell."""
+        ...
+
 
 class Restarter(Protocol):
     """Defines and starts the VMs of a fenced host on the others."""
@@ -123,6 +135,11 @@ class Restarter(Protocol):
 
     def undefine(self, host: str, uuid: str) -> None:
         """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
+        ...
+
+    def answers(self, host: str) -> str | None:
+        """What libvirt on ``host`` says when asked now (a connection and one call, within
+        the connection's timeout), e.g. its version; None when it does not answer."""
         ...
 
 

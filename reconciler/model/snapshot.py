@@ -45,6 +45,8 @@ class UnmigratableReason(StrEnum):
     HOST_PASSTHROUGH_CPU = "HostPassthroughCpu"
     SHARED_MEMORY = "SharedMemory"
     IN_FLIGHT = "InFlight"
+    DUPLICATE = "Duplicate"
+    """It runs, or is defined, on two hosts: no move of it until a person keeps one copy."""
     OTHER = "Other"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.core import duplicates
 from reconciler.model.snapshot import HostState, Snapshot, UnmigratableReason, VmState
 
 _MIB = 1024**2
@@ -103,9 +104,16 @@ def observe_table(snapshot: Snapshot) -> str:
             lines += why
     else:
         lines.append("no VMs")
-    if snapshot.in_flight:
+    found = duplicates.found(snapshot)
+    twice = {d.uuid for d in found}
+    flights = [f for f in snapshot.in_flight if f.uuid not in twice]
+    if flights:
         lines.append("")
         lines.append("in flight (seen on more than one host):")
-        for item in snapshot.in_flight:
+        for item in flights:
             lines.append(f"  {item.name} ({item.uuid}) on {', '.join(item.hosts)}")
+    if found:
+        lines.append("")
+        lines.append("DUPLICATES (no move of them until one copy is kept, see docs/recovery.md):")
+        lines += [f"  {d.describe()}" for d in found]
     return "\n".join(lines) + "\n"
