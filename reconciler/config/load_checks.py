@@ -1,5 +1,5 @@
-"""Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets,
-settings that are not read."""
+"""Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets, a
+``prometheus`` section that is not read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from reconciler.config.findings import DocPath, Finding, Severity, path_text
 from reconciler.config.yaml_source import Document
 from reconciler.model.load import MAX_SAMPLES, LoadSource
-from reconciler.model.policy import BalancePolicySpec, Basis
+from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.quantity import format_duration
 
 
@@ -94,16 +94,6 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
                 Severity.WARNING,
                 "prometheus is not read: the load comes from run's own samples (source: samples)",
                 "set source: prometheus to read it, or remove it",
-            )
-        )
-    if spec.basis is Basis.ALLOCATED and _given(policy, "spec", "load"):
-        out.append(
-            _at(
-                policy,
-                base,
-                Severity.WARNING,
-                "load is not read: basis allocated decides on configured vCPUs and memory",
-                "set basis: used to balance on the load over the window, or remove load",
             )
         )
     return out

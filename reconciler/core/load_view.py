@@ -213,7 +213,5 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
     pressure = None
     if view.pressure or view.unknown_hosts:
         pressure = {h: Figure(p / 100.0, 1.0) for h, p in view.pressure.items()}
-    spec = LoadSpec(
-        source=view.source, window=view.window, statistic=view.statistic
-    )
+    spec = LoadSpec(source=view.source, window=view.window, statistic=view.statistic)
     return windowed(snapshot, spec, figures, view.until, pressure=pressure, problem=view.problem)

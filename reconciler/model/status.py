@@ -30,6 +30,9 @@ class ConditionType(StrEnum):
     """Nothing can progress without a person: invalid desired state, every host unreachable."""
     RECOVERED = "Recovered"
     """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
+    LOAD_KNOWN = "LoadKnown"
+    """False while the load over the window of some VM or host is unknown (basis used): balance
+    leaves them alone."""
 
 
 class Condition(Frozen):

@@ -56,9 +56,6 @@ def test_credentials_in_the_prometheus_url_are_refused(tmp_path: Path) -> None:
 
 def test_settings_that_are_not_read_are_warned_about(tmp_path: Path) -> None:
     assert policy(tmp_path, "basis: allocated", "load: {prometheus: {timeout: 5s}}") == [
-        "lab/policy.yaml:6:9: warning: spec.load: load is not read: basis allocated decides on "
-        "configured vCPUs and memory (set basis: used to balance on the load over the window, "
-        "or remove load)",
         "lab/policy.yaml:6:22: warning: spec.load.prometheus: prometheus is not read: the load "
         "comes from run's own samples (source: samples) (set source: prometheus to read it, or "
         "remove it)",
