@@ -25,8 +25,8 @@ from reconciler.model.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 HOLD = (
-    "apply makes no balance move on a short sample: keep `reconciler run` sampling for a "
-    "window, or give --balance-on-sample"
+    "no balance move on a short sample: keep `reconciler run` sampling for a window, or give "
+    "apply --balance-on-sample"
 )
 
 
@@ -73,8 +73,8 @@ class SamplesLoad:
 
     def _short(self, snapshot: Snapshot, spec: LoadSpec, why: str) -> Snapshot:
         note = (
-            f"load is the observation's own short CPU sample, not the "
-            f"{format_duration(spec.window)} window ({why})"
+            f"the observation's own short CPU sample, not the {format_duration(spec.window)} "
+            f"window: {why}"
         )
         return load_view.short_sample(snapshot, spec, note, hold=HOLD if self.hold else None)
 
