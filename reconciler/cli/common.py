@@ -217,8 +217,8 @@ def add_state_dir_argument(p: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         metavar="DIR",
-        help="where the status of each cluster is kept between rounds "
-        "(default: $XDG_STATE_HOME/reconciler)",
+        help="where the status of each cluster (and run's load samples) is kept between "
+        "rounds (default: $XDG_STATE_HOME/reconciler)",
     )
 
 

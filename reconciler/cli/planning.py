@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.cli import load
 from reconciler.cli.common import EXIT_CHANGES, EXIT_OK, history_for, snapshot_for
 from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ObserveOverrides, SourceRequest
@@ -50,6 +51,8 @@ def show_plan(request: PlanRequest) -> int:
     loaded = open_source(request.source).load()
     desired = loaded.desired
     snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
+    if request.snapshot is None:  # a saved snapshot keeps what it was read on
+        snapshot = load.windowed(snapshot, desired, request.state_dir, load.Reading.LOOK)
     history, status = history_for(
         desired.cluster.metadata.name, history=request.history, state_dir=request.state_dir
     )

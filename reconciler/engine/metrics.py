@@ -102,6 +102,13 @@ class Metrics:
             ["cluster", "kind"],
             registry=r,
         )
+        self.load_unknown = Gauge(
+            "reconciler_load_unknown",
+            "Running VMs (kind=vm) and hosts (kind=host) whose load over the window is unknown "
+            "in the last plan; balance leaves them alone.",
+            ["cluster", "kind"],
+            registry=r,
+        )
         self.leader = Gauge(
             "reconciler_leader",
             "1 on the active instance, 0 on a standby.",
@@ -163,6 +170,9 @@ class Metrics:
                 )
 
     def record_plan(self, plan: Plan) -> None:
+        load = plan.load  # None: basis allocated, no load is read
+        self.load_unknown.labels(self.cluster, "vm").set(len(load.unknown_vms) if load else 0)
+        self.load_unknown.labels(self.cluster, "host").set(len(load.unknown_hosts) if load else 0)
         for spread in plan.spreads:
             self.spread.labels(self.cluster, spread.arch).set(spread.before)
             self.spread_threshold.labels(self.cluster, spread.arch).set(spread.threshold)

@@ -32,6 +32,9 @@ class ConditionType(StrEnum):
     """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
     DUPLICATED = "Duplicated"
     """True while a VM runs on two hosts, or is defined on two outside a move in progress."""
+    LOAD_KNOWN = "LoadKnown"
+    """False while the load over the window of some VM or host is unknown (basis used): balance
+    leaves them alone."""
 
 
 class Condition(Frozen):
