@@ -1,6 +1,6 @@
 """JSON Schemas of the four kinds and of every JSON the CLI writes, generated from the models.
 
-The four kinds are what users write; snapshot, plan, place result, history, status and
+The four kinds and rollouts are what users write; snapshot, plan, place result, history, status and
 findings are what ``observe``, ``plan``, ``place``, ``validate`` and the status store write,
 all camelCase with ``apiVersion`` and ``kind`` (findings: an array). Editors use them through
 the ``# yaml-language-server: $schema=...`` line of each file; ``reconciler schema --write``
@@ -23,6 +23,7 @@ from reconciler.model.impact import Impact
 from reconciler.model.placement import Placement
 from reconciler.model.plan import PlaceResult, Plan
 from reconciler.model.policy import BalancePolicy
+from reconciler.model.rollout import Rollout
 from reconciler.model.rules import PlacementRules
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import ReconcileStatus
@@ -35,6 +36,7 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "policy": BalancePolicy,
     "rules": PlacementRules,
     "placement": Placement,
+    "rollout": Rollout,
     "snapshot": Snapshot,
     "plan": Plan,
     "place": PlaceResult,
