@@ -34,6 +34,7 @@ COMMANDS = (
     "place",
     "apply",
     "drain",
+    "rollout",
     "run",
     "propose",
     "history",

@@ -508,7 +508,7 @@ def _phase(st: Standing, failed: object, paused: bool, work: _Work) -> Phase:
         return Phase.PAUSED
     if work.blocked and not work.actions:
         return Phase.BLOCKED
-    if not st.begun and not work.actions:
+    if not st.begun:
         return Phase.NOT_STARTED
     return Phase.IN_PROGRESS
 
