@@ -448,6 +448,7 @@ def next_actions(
     work = _Work()
     failed = _failed(st)
     out = {h.host for h in st.hosts if h.out}
+    recorded_out = tuple(h for h in hosts if h in out)  # not those this decision takes
     may_begin = failed is None and not spec.paused
     for h in st.hosts:
         if h.out:
@@ -487,7 +488,7 @@ def next_actions(
         phase=phase,
         actions=tuple(work.actions),
         notes=tuple(notes),
-        out=tuple(h for h in hosts if h in out),
+        out=recorded_out,
         keep_out=()
         if phase is Phase.DONE
         else _keep_out(st, [h for h in hosts if h in out], spec.max_unavailable),

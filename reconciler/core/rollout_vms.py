@@ -113,6 +113,14 @@ def with_hosts_out(desired: DesiredState, hosts: Collection[str]) -> DesiredStat
     return desired.model_copy(update={"cluster": cluster})
 
 
+def with_fresh_look(snapshot: Snapshot, fresh: Snapshot) -> Snapshot:
+    """``snapshot`` with the hosts ``fresh`` looked at again replaced by what it saw."""
+    looked = {h.name for h in fresh.hosts}
+    hosts = [h for h in snapshot.hosts if h.name not in looked] + list(fresh.hosts)
+    vms = [v for v in snapshot.vms if v.host not in looked] + list(fresh.vms)
+    return snapshot.model_copy(update={"hosts": hosts, "vms": vms})
+
+
 @dataclass(frozen=True, slots=True)
 class Evacuation:
     """Where the VMs of one host would go if it were taken out now, and what cannot."""
@@ -153,5 +161,6 @@ __all__ = [
     "host_vms",
     "runs",
     "stuck_reason",
+    "with_fresh_look",
     "with_hosts_out",
 ]
