@@ -107,16 +107,13 @@ def _rollout(desired: DesiredState, name: str) -> Rollout:
 
 
 def _progress(args: argparse.Namespace, desired: DesiredState, name: str) -> RolloutProgress:
-    from reconciler.adapters.files.rollout_progress import (
-        PROGRESS_SUFFIX,
-        FileRolloutProgress,
-        progress_from_text,
-    )
+    from reconciler.adapters.files.rollout_progress import FileRolloutProgress, progress_from_text
+    from reconciler.engine.rollout_audit import progress_path
 
     cluster = desired.cluster.metadata.name
     checkout = getattr(args, "state_checkout", None)
     if checkout is not None:
-        path = f"{checkout.path}/rollouts/{name}{PROGRESS_SUFFIX}"
+        path = progress_path(checkout.path, name)
         text = checkout.repo.show(checkout.commit, path)
         if text is None:
             return RolloutProgress(cluster=cluster, rollout=name)

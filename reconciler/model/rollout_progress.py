@@ -25,6 +25,8 @@ UNDRAIN: Final = "undrain"
 COMMAND_PREFIX: Final = "command/"
 BEFORE_PREFIX: Final = "before/"
 AFTER_PREFIX: Final = "after/"
+PROGRESS_SUFFIX: Final = ".progress.json"
+"""In a state repository a rollout's records are ``<cluster folder>/rollouts/<name>`` and this."""
 
 
 class StepOutcome(StrEnum):

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Final
 
 from pydantic import ValidationError
 
 from reconciler.adapters.files.atomic import write_atomically, write_hint
 from reconciler.adapters.files.status import default_state_dir
 from reconciler.errors import TerminalError
-from reconciler.model.rollout_progress import RolloutProgress
-
-PROGRESS_SUFFIX: Final = ".progress.json"
-"""In a state repository the records are ``<cluster folder>/rollouts/<name>.progress.json``."""
+from reconciler.model.rollout_progress import RolloutProgress, StepRecord
 
 
 def progress_from_text(text: str, where: str) -> RolloutProgress:
@@ -80,5 +76,21 @@ class FileRolloutProgress:
                 hint=write_hint(err),
             ) from err
 
+    def append(
+        self, progress: RolloutProgress, record: StepRecord, *, output: str = ""
+    ) -> RolloutProgress:
+        """``RolloutRecords.append``: the output is in the command's log already."""
+        stored = self.load(progress.rollout)
+        if stored != progress:
+            raise TerminalError(
+                f"the rollout records {self.path(progress.rollout)} changed meanwhile "
+                f"({len(stored.records)} records there, {len(progress.records)} read): "
+                "another process acts on the rollout",
+                hint="only the process holding the cluster writes them",
+            )
+        new = progress.add(record)
+        self.save(new)
+        return new
 
-__all__ = ["PROGRESS_SUFFIX", "FileRolloutProgress", "progress_from_text", "progress_text"]
+
+__all__ = ["FileRolloutProgress", "progress_from_text", "progress_text"]
