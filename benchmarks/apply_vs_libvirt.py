@@ -8,7 +8,7 @@ kvm-01) and back, alternately by the two contenders, each run as its own process
 from its start to its exit:
 
 * plain: a Python script that opens one connection per source host and calls
-  ``migrateToURI3`` with the flags and typed parameters of ``libvirt_migrator.migration_call``
+  ``migrateToURI3`` with the flags and typed parameters of ``calls.migration_call``
   (peer-to-peer, ``PERSIST_DEST | UNDEFINE_SOURCE``) for every move, in a 2-thread pool;
 * apply: ``reconciler apply FOLDER --yes`` on a cluster folder of the lab whose
   placement.yaml lists the hosts to move to (``drift: revert``, ``parallel.cluster: 2``,
@@ -118,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from reconciler.adapters import lab as libvirt_lab
-    from reconciler.adapters.libvirt.migrator import migration_call
+    from reconciler.adapters.libvirt.calls import migration_call
     from reconciler.config import load_desired
 
     started = args.lab is None

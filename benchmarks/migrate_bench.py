@@ -51,7 +51,7 @@ def run(vms: int, rounds: int, parallel: list[int]) -> int:
     try:
         desired = load_desired(lab.cluster_dir)
         calls = _CallTimes()
-        logger = logging.getLogger("reconciler.adapters.libvirt.migrator")
+        logger = logging.getLogger("reconciler.adapters.libvirt.live_move")
         logger.addHandler(calls)
         logger.setLevel(logging.INFO)
         names = [h.name for h in lab.hosts]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
-from reconciler.model.cluster import Cluster, ClusterSpec, Defaults, Host, Reserve
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Defaults, Host, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.placement import Placement
@@ -401,7 +401,7 @@ def generate(p: GenParams) -> Case:
     cluster = Cluster(
         api_version=API_VERSION,
         kind="Cluster",
-        metadata=Metadata(name=f"bench-{p.seed}"),
+        metadata=ClusterMetadata(name=f"bench-{p.seed}"),
         spec=ClusterSpec(
             defaults=Defaults(
                 reserve=Reserve(memory=DEFAULT_RESERVE_MEMORY, cpus=DEFAULT_RESERVE_CPUS)

@@ -46,6 +46,11 @@ def _secrets() -> list[str]:
     return sorted(values, key=len, reverse=True)  # a longer secret before its parts
 
 
+def holds_secret(text: str) -> bool:
+    """Whether ``text`` holds a secret this process knows of (not counting URL user info)."""
+    return any(secret in text for secret in _secrets())
+
+
 def scrub(text: str) -> str:
     """``text`` without URL credentials and without any known secret."""
     text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)

@@ -235,7 +235,13 @@ def round_ports(
     try:
         yield RoundPorts(
             observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
-            migrator=LibvirtMigrator(desired, connection=settings, pool=pool, leftovers=leftovers),
+            migrator=LibvirtMigrator(
+                desired,
+                connection=settings,
+                pool=pool,
+                leftovers=leftovers,
+                shared_paths=overrides.get("shared_paths", ()),
+            ),
             recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
             status=status_store(args, desired.cluster.metadata.name),
             clock=SystemClock(),

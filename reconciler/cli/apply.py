@@ -128,7 +128,7 @@ def _trigger(args: argparse.Namespace, merge: bool) -> Callable[[Plan], str]:
 
 def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
     """One apply round: (exit code, VMs moved, VMs still on ``host`` per the observation)."""
-    from reconciler.engine.round import run_round
+    from reconciler.engine.round import RoundOptions, run_round
 
     source = acting.build_source(args)
     loaded = source.load()
@@ -147,17 +147,19 @@ def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, in
                     report = run_round(
                         desired,
                         ports,
-                        act=True,
-                        holds=not args.dry_run,
-                        trigger="manual",
-                        revision=loaded.revision,
-                        placement_changed_at=loaded.placement_changed_at,
-                        audit_trigger=_trigger(args, loaded.merge),
-                        confirm=lambda plan: _confirm(args, plan, signals),
-                        stop=signals.stop,
-                        abort=signals.abort,
-                        on_event=view.event,
-                        on_plan=view.plan,
+                        RoundOptions(
+                            act=True,
+                            holds=not args.dry_run,
+                            trigger="manual",
+                            revision=loaded.revision,
+                            placement_changed_at=loaded.placement_changed_at,
+                            audit_trigger=_trigger(args, loaded.merge),
+                            confirm=lambda plan: _confirm(args, plan, signals),
+                            stop=signals.stop,
+                            abort=signals.abort,
+                            on_event=view.event,
+                            on_plan=view.plan,
+                        ),
                     )
                 except (ReconcilerError, KeyboardInterrupt):
                     view.close()

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.engine import logs, triggers
     from reconciler.engine.loop import Loop
     from reconciler.engine.metrics import Metrics
-    from reconciler.engine.round import RoundReport, run_round
+    from reconciler.engine.round import RoundOptions, RoundReport, run_round
     from reconciler.engine.sources import RepoSource
     from reconciler.model.policy import Mode
 
@@ -153,17 +153,19 @@ def run(args: argparse.Namespace) -> int:
             report = run_round(
                 desired,
                 ports,
-                act=act,
-                holds=True,
-                trigger=trigger,
-                revision=loaded.revision,
-                placement_changed_at=loaded.placement_changed_at,
-                audit_trigger=acting.audit_trigger(trigger, merge=changed),
-                confirm=acting.confirming(keeper, wakeup, cluster, HOLD_RETRY_SECONDS),
-                gate=window,
-                stop=stop,
-                abort=abort,
-                on_plan=metrics.record_observation,
+                RoundOptions(
+                    act=act,
+                    holds=True,
+                    trigger=trigger,
+                    revision=loaded.revision,
+                    placement_changed_at=loaded.placement_changed_at,
+                    audit_trigger=acting.audit_trigger(trigger, merge=changed),
+                    confirm=acting.confirming(keeper, wakeup, cluster, HOLD_RETRY_SECONDS),
+                    gate=window,
+                    stop=stop,
+                    abort=abort,
+                    on_plan=metrics.record_observation,
+                ),
             )
         last[0] = report
         recorder.after_round(report.snapshot, desired.policy, clock.now())

@@ -9,7 +9,13 @@ state repository is :func:`redacted_definition` of it, which removes:
 - ``<secret>`` (disk encryption and any other secret reference, with its usage);
 - ``<cookies>`` (HTTP(S) disk cookies) and ``<launchSecurity>`` (SEV session data);
 - ``<qemu:commandline>`` (arbitrary QEMU arguments, which may spell out a secret);
-- the user info of URLs in attributes (``https://user:pw@...``).
+- the user info of URLs in attributes and text (``https://user:pw@...``), and a leading
+  ``user:password@`` in any attribute;
+- the user info of a network disk's ``<host name='user:pw@server'>`` (QEMU builds the URL of
+  an HTTP(S) or FTP disk from it, so it works, and is a credential);
+- the ``query`` of a ``<source>`` (an HTTP(S) disk's query string: signed URLs and tokens);
+- systemd credentials passed to the guest (SMBIOS OEM strings ``io.systemd.credential:...``
+  and fw_cfg entries ``opt/io.systemd.credentials/...``).
 
 A comment at the top names what was removed. A definition that is not well-formed XML is not
 recorded at all (None): what it holds cannot be checked.
@@ -37,7 +43,14 @@ _DROPPED_ELEMENTS: Final = {
     f"{{{_QEMU_NS}}}commandline": "QEMU command line passthrough",
 }
 _SECRET_ATTRIBUTES: Final = {"passwd": "console passwords"}
+_ELEMENT_ATTRIBUTES: Final = {("source", "query"): "URL query strings"}
+"""Attributes secret on one element only: (element, attribute) -> what they are."""
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")  # to the last @
+_BARE_USERINFO = re.compile(r"^[^/@\s:]+:[^/\s]*@")
+"""``user:password@`` at the start of a value, without a scheme (to the last @)."""
+_SYSTEMD_CREDENTIAL = re.compile(
+    r"^\s*(io\.systemd\.credential(\.binary)?:|opt/io\.systemd\.credentials/)"
+)
 
 
 HEADER: Final = "<!-- secrets removed before recording: {note} -->\n"
@@ -65,25 +78,49 @@ def _redacted(xml: str) -> tuple[str, list[str]] | None:
     for parent in root.iter():
         for child in list(parent):
             what = _DROPPED_ELEMENTS.get(str(child.tag))
+            if what is None and _is_systemd_credential(parent, child):
+                what = "systemd credentials"
             if what is not None:
                 parent.remove(child)
                 removed.add(what)
     for element in root.iter():
-        for name in list(element.attrib):
-            what = _SECRET_ATTRIBUTES.get(name)
-            if what is not None:
-                del element.attrib[name]
-                removed.add(what)
-                continue
-            value = element.attrib[name]
-            cleaned = _URL_USERINFO.sub(r"\g<scheme>", value)
-            if cleaned != value:
-                element.attrib[name] = cleaned
+        _redact_attributes(element, removed)
+        for part in ("text", "tail"):
+            value = getattr(element, part)
+            if value and (cleaned := _URL_USERINFO.sub(r"\g<scheme>", value)) != value:
+                setattr(element, part, cleaned)
                 removed.add("credentials in URLs")
     for prefix, uri in namespaces:  # keep the document's prefixes (the registry is global,
         with contextlib.suppress(ValueError):  # but a prefix only ever maps to its own URI)
             ET.register_namespace(prefix, uri)
     return ET.tostring(root, encoding="unicode") + "\n", sorted(removed)
+
+
+def _is_systemd_credential(parent: ET.Element, child: ET.Element) -> bool:
+    """An SMBIOS OEM string or fw_cfg entry that hands the guest a systemd credential."""
+    if child.tag != "entry" or parent.tag not in ("oemStrings", "sysinfo"):
+        return False
+    return any(
+        _SYSTEMD_CREDENTIAL.match(value) for value in (child.text or "", child.get("name", ""))
+    )
+
+
+def _redact_attributes(element: ET.Element, removed: set[str]) -> None:
+    for name in list(element.attrib):
+        what = _SECRET_ATTRIBUTES.get(name) or _ELEMENT_ATTRIBUTES.get((str(element.tag), name))
+        if what is not None:
+            del element.attrib[name]
+            removed.add(what)
+            continue
+        value = element.attrib[name]
+        if element.tag == "host" and name == "name" and "@" in value:
+            element.attrib[name] = value.rpartition("@")[2]
+            removed.add("credentials in host names")
+            continue
+        cleaned = _BARE_USERINFO.sub("", _URL_USERINFO.sub(r"\g<scheme>", value))
+        if cleaned != value:
+            element.attrib[name] = cleaned
+            removed.add("credentials in URLs")
 
 
 @dataclass(frozen=True)

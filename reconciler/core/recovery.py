@@ -7,7 +7,9 @@
   (:func:`fence_backoff`); nothing of that host is restarted meanwhile.
 - *Restart*: the VMs that ran on the fenced host at its last sighting, highest priority first
   (:func:`restart_order`), each placed where ``place`` would put a new VM of its size, name
-  and labels, given the VMs restarted before it (:func:`restart_plan`).
+  and labels, given the VMs restarted before it (:func:`restart_plan`); what one recovery
+  step of a fenced host starts, what it finds done already and what it reports as not
+  restarted (:func:`restart_steps`).
 - *Definitions from git*: the VMs a recorded snapshot had running on the fenced host that this
   instance does not know, or saw before that snapshot (:func:`from_recorded`), and those the
   placement puts there that no source knows (:func:`unseen_placed`).
@@ -27,7 +29,14 @@ from reconciler.core.placer import place
 from reconciler.core.selectors import matches
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
-from reconciler.model.recovery import RecordedSighting, RecoverySpec, SavedVm
+from reconciler.model.recovery import (
+    HostRecovery,
+    RecordedSighting,
+    RecoverySpec,
+    RecoveryState,
+    RestartIntent,
+    SavedVm,
+)
 from reconciler.model.snapshot import Snapshot, UnmigratableReason, VmRunState, VmState
 
 BACKOFF_FIRST = timedelta(seconds=15)
@@ -141,6 +150,98 @@ def _running(vm: SavedVm, host: str) -> VmState:
         hugepage_kib=kib,
         hugepages=pages,
     )
+
+
+@dataclass(frozen=True)
+class RestartStep:
+    """One thing a recovery step does for a VM of the fenced host, in order."""
+
+    vm: str
+    target: str | None
+    """Where to start it; None: it is not restarted, and this is said (once)."""
+    why: str
+    """The placer's message, or why it is not restarted."""
+    saved: SavedVm | None = None
+    """What is started (its definition), None for a VM not restarted."""
+
+
+@dataclass(frozen=True)
+class RestartSteps:
+    """What one recovery step of a fenced host does, decided before anything is done."""
+
+    steps: list[RestartStep]
+    """VMs to start and VMs newly not restarted, in the order they are done and reported."""
+    restarted: dict[str, str]
+    """VM -> the host it runs on again: the host's record, and what the observation shows
+    (an earlier start that took effect, a VM running elsewhere already)."""
+    took_effect: dict[str, str]
+    """The earlier starts this observation shows done: VM -> its host (their intents go)."""
+    intents: dict[str, RestartIntent]
+    """The restart intents still open, by UUID."""
+    not_restarted: dict[str, str]
+    """VM -> why it is not restarted: the record's, with this step's refusals."""
+
+
+def restart_steps(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    state: RecoveryState,
+    host: str,
+    record: HostRecovery,
+    unknown: Mapping[str, str],
+    *,
+    now: datetime,
+) -> RestartSteps:
+    """What a recovery step of fenced ``host`` does, from where libvirt shows every VM now.
+
+    An intent whose VM runs is resolved (the start took effect); a VM saved as running on
+    ``host`` that runs anywhere now is not started again; ``unknown`` (VM name -> why no source
+    can start it) and the VMs ``restart_plan`` finds no host for are not restarted, said once
+    (a reason already on the record is not said again); the others are started where a
+    definition of theirs already is (a start that failed after defining it), else where
+    ``restart_plan`` puts them.
+    """
+    defined: dict[str, tuple[str, bool]] = {}
+    for seen in snapshot.vms:
+        running = seen.state is not VmRunState.SHUTOFF
+        if seen.uuid not in defined or running:
+            defined[seen.uuid] = (seen.host, running)
+    restarted = dict(record.restarted)
+    took_effect: dict[str, str] = {}
+    intents = dict(state.intents)
+    for uuid, intent in state.intents.items():  # resolved from where libvirt has the VM
+        if intent.source == host and uuid in defined and defined[uuid][1]:
+            took_effect[intent.vm] = restarted[intent.vm] = defined[uuid][0]
+            del intents[uuid]
+    todo: list[SavedVm] = []
+    for vm in state.vms.values():
+        if vm.host != host or not vm.running:
+            continue
+        where = defined.get(vm.uuid)
+        if where is not None and where[1]:
+            restarted.setdefault(vm.name, where[0])
+            continue
+        todo.append(vm)
+    not_restarted = dict(record.not_restarted)
+    steps: list[RestartStep] = []
+
+    def refuse(name: str, why: str) -> None:
+        if not_restarted.get(name) != why:  # said once, not every round
+            steps.append(RestartStep(name, None, why))
+        not_restarted[name] = why
+
+    running_names = {v.name for v in snapshot.vms if v.state is not VmRunState.SHUTOFF}
+    for name, why in sorted(unknown.items()):
+        if name not in running_names:  # one that runs on a reachable host is not missed
+            refuse(name, why)
+    for r in restart_plan(desired, snapshot, todo, now=now):
+        # a definition already on a reachable host (a start that failed) is started there
+        target = defined[r.vm.uuid][0] if r.vm.uuid in defined else r.target
+        if target is None:
+            refuse(r.vm.name, r.why)
+        else:
+            steps.append(RestartStep(r.vm.name, target, r.why, r.vm))
+    return RestartSteps(steps, restarted, took_effect, intents, not_restarted)
 
 
 @dataclass(frozen=True)

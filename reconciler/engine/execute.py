@@ -281,7 +281,7 @@ class Execution:
     def _finish(self, m: Move, future: Future[MigrationResult]) -> None:
         try:
             r = future.result()
-        except Exception as err:  # a migrator must not raise; if it does, the VM is unknown
+        except Exception as err:  # the Migrator port never raises: a bug, the VM is unknown
             log.exception("migration of %s raised", m.vm)
             r = MigrationResult(
                 vm=m.vm, source=m.source, target=m.target, succeeded=False, error=str(err)

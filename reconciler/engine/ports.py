@@ -17,7 +17,7 @@ from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import Comment, PullRequest, RepoCommit
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
-from reconciler.model.recovery import RecordedSighting
+from reconciler.model.recovery import Fence, FenceResult, RecordedSighting, RecoveryState
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
 
@@ -26,6 +26,7 @@ __all__ = [
     "Clock",
     "DesiredSource",
     "DomainRecorder",
+    "Fencer",
     "Hold",
     "Loaded",
     "Record",
@@ -36,6 +37,8 @@ __all__ = [
     "Migrator",
     "Observer",
     "ObservedBranch",
+    "RecoveryStore",
+    "Restarter",
     "TextFile",
     "StatusStore",
 ]
@@ -65,7 +68,9 @@ class Migrator(Protocol):
         The domain is looked up by ``uuid`` when given (a name can be reused), else by name.
 
         Blocks until the job ends; setting ``abort`` aborts the job (the VM stays on the
-        source). Never raises for a failed migration: the result says what happened.
+        source). Never raises: a failed migration, and one that could not start (a host not in
+        the cluster or not answering, the VM not found there), is a result that says what
+        happened, ``succeeded`` False.
         """
         ...
 
@@ -93,6 +98,43 @@ class StatusStore(Protocol):
 
     def save(self, status: ReconcileStatus) -> None:
         """Replace the status, atomically."""
+        ...
+
+
+class Fencer(Protocol):
+    """Powers a dead host off (its fence agent) before its VMs are started elsewhere."""
+
+    def fence(self, host: str, fence: Fence) -> FenceResult:
+        """Run ``fence`` for ``host``; never raises: the result says what happened."""
+        ...
+
+
+class Restarter(Protocol):
+    """Defines and starts the VMs of a fenced host on the others."""
+
+    def definitions(self, host: str) -> dict[str, str]:
+        """UUID -> inactive domain XML of every domain on ``host``."""
+        ...
+
+    def start(self, host: str, uuid: str, xml: str) -> None:
+        """Define ``xml`` on ``host`` unless a domain with ``uuid`` is there, then start it
+        unless it runs; ReconcilerError when it does not end up running."""
+        ...
+
+    def undefine(self, host: str, uuid: str) -> None:
+        """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
+        ...
+
+
+class RecoveryStore(Protocol):
+    """The recovery state of one cluster, kept between rounds and restarts."""
+
+    def load(self) -> RecoveryState | None:
+        """The state saved last, or None before the first (or when it cannot be read as one)."""
+        ...
+
+    def save(self, state: RecoveryState) -> None:
+        """Replace the state, atomically."""
         ...
 
 

@@ -20,6 +20,9 @@ One :meth:`Recovery.step` per round, on the round's observation:
    undefined before anything starts it; a VM that runs nowhere else is left where it is.
 
 Nothing here acts unless ``act`` (the policy's mode is apply and the cluster is held).
+What to restart, where, and what to report is decided by the pure functions of
+``core.recovery`` (``restart_steps``, ``stale_copies``, ...); this module does it, through the
+ports of ``engine/ports.py`` (``Fencer``, ``Restarter``, ``RecoveryStore``, ``ObservedBranch``).
 """
 
 from __future__ import annotations
@@ -28,19 +31,23 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 from reconciler.core import recovery as decide
 from reconciler.core.definitions import redacted_definition
-from reconciler.engine.ports import Clock, DesiredSource, ObservedBranch
+from reconciler.engine.ports import (
+    Clock,
+    DesiredSource,
+    Fencer,
+    ObservedBranch,
+    RecoveryStore,
+    Restarter,
+)
 from reconciler.errors import ReconcilerError
 from reconciler.model.acting import Record
 from reconciler.model.cluster import Host, effective_fence
 from reconciler.model.desired import DesiredState
 from reconciler.model.recovery import (
-    Fence,
     FenceOutcome,
-    FenceResult,
     HostRecovery,
     RecordedSighting,
     RecoveryState,
@@ -61,33 +68,6 @@ log = logging.getLogger(__name__)
 DEFINITIONS_FOLDER = "reconciler-definitions"
 """In the cluster folder of the state repository: ``<VM>.xml``, the definition a recovery
 started (secrets removed), written by its audit commit."""
-
-
-class Fencer(Protocol):
-    def fence(self, host: str, fence: Fence) -> FenceResult:
-        """Run ``fence`` for ``host``; never raises: the result says what happened."""
-        ...
-
-
-class Restarter(Protocol):
-    def definitions(self, host: str) -> dict[str, str]:
-        """UUID -> inactive domain XML of every domain on ``host``."""
-        ...
-
-    def start(self, host: str, uuid: str, xml: str) -> None:
-        """Define ``xml`` on ``host`` unless a domain with ``uuid`` is there, then start it
-        unless it runs; ReconcilerError when it does not end up running."""
-        ...
-
-    def undefine(self, host: str, uuid: str) -> None:
-        """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
-        ...
-
-
-class RecoveryStore(Protocol):
-    def load(self) -> RecoveryState | None: ...
-
-    def save(self, state: RecoveryState) -> None: ...
 
 
 @dataclass
@@ -314,49 +294,22 @@ class Recovery:
         now: datetime,
         report: RecoveryReport,
     ) -> RecoveryState:
-        defined: dict[str, tuple[str, bool]] = {}
-        for seen in snapshot.vms:
-            running = seen.state is not VmRunState.SHUTOFF
-            if seen.uuid not in defined or running:
-                defined[seen.uuid] = (seen.host, running)
-        restarted = dict(record.restarted)
-        intents = dict(state.intents)
+        """Do what ``decide.restart_steps`` decided: an intent saved before each start, the
+        start, its outcome on the host's record; then the audit record of what was done."""
         state, unknown = self._unknown(desired, state, host)
-        for uuid, intent in state.intents.items():  # resolved from where libvirt has the VM
-            if intent.source == host and uuid in defined and defined[uuid][1]:
-                log.info("an earlier restart of %s took effect on %s", intent.vm, defined[uuid][0])
-                restarted[intent.vm] = defined[uuid][0]
-                del intents[uuid]
-        todo: list[SavedVm] = []
-        for vm in state.vms.values():
-            if vm.host != host or not vm.running:
-                continue
-            where = defined.get(vm.uuid)
-            if where is not None and where[1]:
-                restarted.setdefault(vm.name, where[0])
-                continue
-            todo.append(vm)
-        not_restarted = dict(record.not_restarted)
+        decided = decide.restart_steps(desired, snapshot, state, host, record, unknown, now=now)
+        for name, on in decided.took_effect.items():
+            log.info("an earlier restart of %s took effect on %s", name, on)
+        restarted, intents = dict(decided.restarted), dict(decided.intents)
+        not_restarted = dict(decided.not_restarted)
         results: list[MoveResult] = []
         fence_said = record.fence.outcome.value if record.fence else "ok"
-        running_names = {v.name for v in snapshot.vms if v.state is not VmRunState.SHUTOFF}
-        for name, why in sorted(unknown.items()):
-            if name in running_names:
-                continue  # runs on a reachable host already
-            if not_restarted.get(name) != why:  # said once, not every round
-                log.error("%s of fenced host %s is not restarted: %s", name, host, why)
-                results.append(_result(name, host, host, MoveOutcome.SKIPPED, why, now))
-            not_restarted[name] = why
-        for r in decide.restart_plan(desired, snapshot, todo, now=now):
-            vm = r.vm
-            # a definition already on a reachable host (a start that failed) is started there
-            target = defined[vm.uuid][0] if vm.uuid in defined else r.target
-            if target is None:
-                if not_restarted.get(vm.name) != r.why:  # said once, not every round
-                    log.error("%s of fenced host %s is not restarted: %s", vm.name, host, r.why)
-                    results.append(_result(vm.name, host, host, MoveOutcome.SKIPPED, r.why, now))
-                not_restarted[vm.name] = r.why
+        for step in decided.steps:
+            if step.target is None or step.saved is None:
+                log.error("%s of fenced host %s is not restarted: %s", step.vm, host, step.why)
+                results.append(_result(step.vm, host, host, MoveOutcome.SKIPPED, step.why, now))
                 continue
+            vm, target = step.saved, step.target
             intents[vm.uuid] = RestartIntent(
                 vm=vm.name, uuid=vm.uuid, source=host, target=target, started_at=now
             )
@@ -375,14 +328,14 @@ class Recovery:
             restarted[vm.name] = target
             not_restarted.pop(vm.name, None)
             report.restarted[vm.name] = target
-            detail = f"restarted after {host} was fenced ({fence_said}): {r.why}"
+            detail = f"restarted after {host} was fenced ({fence_said}): {step.why}"
             results.append(_result(vm.name, host, target, MoveOutcome.SUCCEEDED, detail, now))
         report.not_restarted.update(not_restarted)
         record = record.model_copy(update={"restarted": restarted, "not_restarted": not_restarted})
         state = state.model_copy(update={"intents": intents})
         state = _with_host(state, host, record, self.ports.store)
         if results:
-            used = {vm.name: vm.xml for vm in todo}
+            used = {s.saved.name: s.saved.xml for s in decided.steps if s.saved is not None}
             self._record(desired, host, results, used, report)
         return state
 

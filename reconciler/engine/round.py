@@ -3,7 +3,12 @@
 ``run_round`` is what ``apply`` runs once and ``run`` runs in its loop. It talks to the world
 only through the ports; the ReconcileStatus is written exactly once, in a ``finally``, whatever
 happened (Flux's habit), so the next round and the people reading it see the streak, the
-conditions and the last result even after an error.
+conditions and the last result even after an error: a record that cannot be written (even
+with an error its port should have mapped to the project's) makes the status not Ready
+(``RecordFailed``), and the recovery step and the status save still follow. What the status
+says, which placement entries follow the moves and what the recovery step is shown are pure
+decisions (``core.rounds``); the round only sequences them. How a round runs is one frozen
+``RoundOptions``.
 
 A look writes nothing: a round that does not hold the cluster (``plan``, ``apply --dry-run``,
 an apply answered "no") writes no status and no domain record. A round writes them when it
@@ -24,10 +29,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from reconciler.core import intents, planner
-from reconciler.core.hugepages import pages_moved
+from reconciler.core import intents, planner, rounds
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.ports import (
     Clock,
@@ -44,15 +48,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
-from reconciler.model.status import (
-    ConditionType,
-    MoveOutcome,
-    MoveResult,
-    ReconcileStatus,
-    RoundOutcome,
-    RoundResult,
-    with_condition,
-)
+from reconciler.model.status import MoveResult, ReconcileStatus, RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -101,53 +97,79 @@ class RoundReport:
         assert self.status.last_result is not None
         return self.status.last_result.outcome
 
-
-def run_round(
-    desired: DesiredState,
-    ports: RoundPorts,
-    *,
-    act: bool,
-    trigger: str = "manual",
-    revision: str | None = None,
-    holds: bool | None = None,
-    audit_trigger: Callable[[Plan], str] | None = None,
-    placement_changed_at: datetime | None = None,
-    confirm: Callable[[Plan], bool] | None = None,
-    gate: Gate | None = None,
-    stop: threading.Event | None = None,
-    abort: threading.Event | None = None,
-    on_event: Callable[[Event], None] = lambda e: None,
-    on_plan: Callable[[Plan, Snapshot], None] = lambda p, s: None,
-) -> RoundReport:
-    """One round; ``act`` False plans and reports only. Errors end up in the status, re-raised.
-
-    ``holds``: the caller holds the cluster for this round, so its status counts even when it
-    does not act (default: ``act``); a plan the caller does not confirm un-counts it.
-    ``gate`` is asked before every migration starts (a window that closed).
-    ``placement_changed_at``: when placement.yaml last changed; the reconciler's own moves
-    made after it that placement does not follow are recorded late, not reverted.
-    """
-    stop = stop or threading.Event()
-    abort = abort or threading.Event()
-    started = ports.clock.now()
-    previous = _trusted(ports.status.load(), started)
-    report = RoundReport(status=previous or ReconcileStatus(cluster=_name(desired)))
-    report.counted = act if holds is None else holds
-    try:
-        _round(
-            desired,
-            ports,
-            report,
-            previous,
-            act,
-            placement_changed_at,
-            confirm,
-            gate,
-            stop,
-            abort,
-            on_event,
-            on_plan,
+    def facts(self) -> rounds.RoundFacts:
+        """What the round did so far, for its status."""
+        error = self.error
+        return rounds.RoundFacts(
+            plan=self.plan,
+            snapshot=self.snapshot,
+            results=list(self.results),
+            acted=self.acted,
+            interrupted=self.interrupted,
+            failure=None
+            if error is None
+            else rounds.RoundFailure(
+                reason=type(error).__name__,
+                message=error.message,
+                # a host or remote not answering is retried; anything else needs a person
+                transient=isinstance(error, TransientError),
+            ),
         )
+
+
+def _ignore(*_: object) -> None:
+    """A callback that does nothing."""
+
+
+@dataclass(frozen=True)
+class RoundOptions:
+    """How one round runs: whether it acts, what it records, and who it tells."""
+
+    act: bool
+    """Move VMs when the plan has moves; False plans and reports only."""
+    trigger: str = "manual"
+    """What started the round, as its status and record say it."""
+    revision: str | None = None
+    """The desired state's revision (a commit), recorded as the one observed."""
+    holds: bool | None = None
+    """The caller holds the cluster for this round, so its status counts even when it does not
+    act (default: ``act``); a plan the caller does not confirm un-counts it."""
+    audit_trigger: Callable[[Plan], str] | None = None
+    """The trigger the record names, chosen from the plan (default: ``trigger``)."""
+    placement_changed_at: datetime | None = None
+    """When placement.yaml last changed; the reconciler's own moves made after it that
+    placement does not follow are recorded late, not reverted."""
+    confirm: Callable[[Plan], bool] | None = None
+    """Asked once before acting on a plan with moves; False makes the round a look."""
+    gate: Gate | None = None
+    """Asked before every migration starts (a window that closed)."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set: start nothing more, let running migrations end (the VMs stay where they are)."""
+    abort: threading.Event = field(default_factory=threading.Event)
+    """Set: also abort the running migrations."""
+    on_event: Callable[[Event], None] = _ignore
+    """Told of every start, progress, end and skip of a move."""
+    on_plan: Callable[[Plan, Snapshot], None] = _ignore
+    """Told of the plan and the observation it was made from, before anything acts."""
+
+
+def run_round(desired: DesiredState, ports: RoundPorts, options: RoundOptions) -> RoundReport:
+    """One round; ``options.act`` False plans and reports only. Errors end up in the status,
+    re-raised; the status is saved once, in a ``finally``, when the round counts."""
+    started = ports.clock.now()
+    saved = ports.status.load()
+    previous = rounds.trusted_status(saved, started)
+    if saved is not None and previous is None:
+        log.warning(
+            "ignoring the saved status of %s: it is dated in the future (after %s); "
+            "imbalance streaks restart",
+            saved.cluster,
+            started.isoformat(timespec="seconds"),
+        )
+    report = RoundReport(status=previous or ReconcileStatus(cluster=_name(desired)))
+    report.counted = options.act if options.holds is None else options.holds
+    try:
+        _round(desired, ports, report, previous, options)
     except ReconcilerError as err:
         report.error = err
         raise
@@ -156,55 +178,37 @@ def run_round(
         report.error = TerminalError(f"unexpected {type(err).__name__}: {err}")
         raise
     finally:
-        report.interrupted = stop.is_set()
-        report.status = _status(
-            desired, previous, report, started, ports.clock.now(), trigger, revision
+        report.interrupted = options.stop.is_set()
+        report.status = rounds.round_status(
+            desired,
+            previous,
+            report.facts(),
+            started=started,
+            finished=ports.clock.now(),
+            trigger=options.trigger,
+            revision=options.revision,
         )
-        owed = report.acted or (report.counted and bool(report.late))
-        if owed and ports.source is not None and report.plan is not None:
-            chosen = audit_trigger(report.plan) if audit_trigger is not None else trigger
-            _leave_record(desired, ports.source, report, revision, chosen)
-        if ports.recovery is not None and report.snapshot is not None and report.counted:
-            after = _after_moves(report.snapshot, report.results)
-            report.status = ports.recovery(desired, after, report.status)
-        if report.counted:
-            ports.status.save(report.status)
+        try:
+            _after(desired, ports, report, options)
+        finally:
+            if report.counted:
+                ports.status.save(report.status)
     return report
 
 
-def _after_moves(snapshot: Snapshot, results: list[MoveResult]) -> Snapshot:
-    """``snapshot`` with the VMs this round moved on their targets."""
-    moved = {r.vm: r.target for r in results if r.outcome is MoveOutcome.SUCCEEDED}
-    if not moved:
-        return snapshot
-    vms = [
-        v.model_copy(update={"host": moved[v.name]}) if v.name in moved else v for v in snapshot.vms
-    ]
-    went = [(v, moved[v.name]) for v in snapshot.vms if v.name in moved]
-    hosts = pages_moved(snapshot.hosts, went)  # rooms stay: the pages went with the VMs
-    return snapshot.model_copy(update={"vms": vms, "hosts": hosts})
-
-
-SKEW_TOLERANCE = timedelta(minutes=5)
-"""How far in the future a record may be dated before it is distrusted (clock skew)."""
-
-
-def _trusted(status: ReconcileStatus | None, now: datetime) -> ReconcileStatus | None:
-    """The previous status, unless it is dated in the future (then ignored, with a warning)."""
-    if status is None:
-        return None
-    dated = [t for t in (status.last_observed_at, status.observed_since) if t is not None]
-    if status.last_result is not None:
-        dated.append(status.last_result.finished_at)
-    if any(t > now + SKEW_TOLERANCE for t in dated):
-        log.warning(
-            "ignoring the saved status of %s: it is dated in the future (after %s); "
-            "imbalance streaks restart",
-            status.cluster,
-            now.isoformat(timespec="seconds"),
-        )
-        return None
-    return status
+def _after(
+    desired: DesiredState, ports: RoundPorts, report: RoundReport, options: RoundOptions
+) -> None:
+    """What follows a round while the caller still holds the cluster: its record, when it
+    acted (or owes a late one), and the recovery step on its observation."""
+    owed = report.acted or (report.counted and bool(report.late))
+    if owed and ports.source is not None and report.plan is not None:
+        audit = options.audit_trigger
+        chosen = audit(report.plan) if audit is not None else options.trigger
+        _leave_record(desired, ports.source, report, options.revision, chosen)
+    if ports.recovery is not None and report.snapshot is not None and report.counted:
+        after = rounds.snapshot_after_moves(report.snapshot, report.results)
+        report.status = ports.recovery(desired, after, report.status)
 
 
 def _leave_record(
@@ -217,36 +221,29 @@ def _leave_record(
     """The round's record in its source, while the caller still holds the cluster."""
     assert report.plan is not None
     results = report.late + report.results
-    writes, adopted = placement_updates(desired, report.plan, results)
+    writes, adopted = rounds.placement_updates(desired, report.plan, results)
+    record = Record(
+        cluster=_name(desired),
+        plan_id=report.plan.plan_id,
+        revision=revision,
+        results=results,
+        placement=writes,
+        adopted=adopted,
+        status=report.status,
+        trigger=trigger,
+    )
+    at = report.status.last_result.finished_at if report.status.last_result else None
     try:
-        recorded = source.record(
-            Record(
-                cluster=_name(desired),
-                plan_id=report.plan.plan_id,
-                revision=revision,
-                results=results,
-                placement=writes,
-                adopted=adopted,
-                status=report.status,
-                trigger=trigger,
-            )
-        )
-    except ReconcilerError as err:
-        log.error("the round acted but its record could not be written: %s", err)
-        report.record_error = err
-        report.status = report.status.model_copy(
-            update={
-                "conditions": with_condition(
-                    report.status.conditions,
-                    ConditionType.READY,
-                    False,
-                    "RecordFailed",
-                    f"moves done, record not written: {err.message}",
-                    report.status.last_result.finished_at
-                    if report.status.last_result
-                    else report.plan.created_at,
-                )
-            }
+        recorded = source.record(record)
+    except Exception as err:  # a port that broke its promise fails the same way
+        failed = err if isinstance(err, ReconcilerError) else _unexpected(err)
+        log.error("the round acted but its record could not be written: %s", failed)
+        report.record_error = failed
+        report.status = rounds.status_not_ready(
+            report.status,
+            "RecordFailed",
+            f"moves done, record not written: {failed.message}",
+            at or report.plan.created_at,
         )
         return
     report.recorded = recorded.where
@@ -254,19 +251,17 @@ def _leave_record(
     report.conflicts = list(recorded.conflicts)
     for line in recorded.conflicts:
         log.warning("placement conflict: %s", line)
-    if recorded.conflicts and report.status.last_result is not None:
-        report.status = report.status.model_copy(
-            update={
-                "conditions": with_condition(
-                    report.status.conditions,
-                    ConditionType.READY,
-                    False,
-                    "PlacementConflict",
-                    "; ".join(recorded.conflicts),
-                    report.status.last_result.finished_at,
-                )
-            }
+    if recorded.conflicts and at is not None:
+        report.status = rounds.status_not_ready(
+            report.status, "PlacementConflict", "; ".join(recorded.conflicts), at
         )
+
+
+def _unexpected(err: Exception) -> TerminalError:
+    """An error a port should have mapped to the project's own, as one (logged with its
+    traceback: it is a bug of that port)."""
+    log.error("a port raised %s instead of the project's error", type(err).__name__, exc_info=err)
+    return TerminalError(f"unexpected {type(err).__name__}: {err}")
 
 
 def _name(desired: DesiredState) -> str:
@@ -278,14 +273,7 @@ def _round(
     ports: RoundPorts,
     report: RoundReport,
     previous: ReconcileStatus | None,
-    act: bool,
-    placement_changed_at: datetime | None,
-    confirm: Callable[[Plan], bool] | None,
-    gate: Gate | None,
-    stop: threading.Event,
-    abort: threading.Event,
-    on_event: Callable[[Event], None],
-    on_plan: Callable[[Plan, Snapshot], None],
+    options: RoundOptions,
 ) -> None:
     observed = ports.observer.observe()
     down = [h for h in observed.hosts if not h.reachable]
@@ -299,12 +287,14 @@ def _round(
     now = ports.clock.now()
     # Records dated in the future are dropped and intents resolved from where each VM runs,
     # in memory: the plan decides from them; they are written only by a round that holds.
-    sane, distrusted = intents.without_future_records(observed, now + SKEW_TOLERANCE)
+    sane, distrusted = intents.without_future_records(observed, now + rounds.SKEW_TOLERANCE)
     for line in distrusted:
         log.warning("ignoring a record dated in the future: %s", line)
     snapshot, resolutions = intents.resolved(sane, now)
     report.snapshot = snapshot
-    late = intents.unrecorded_moves(desired.placement.spec.vms, snapshot, placement_changed_at)
+    late = intents.unrecorded_moves(
+        desired.placement.spec.vms, snapshot, options.placement_changed_at
+    )
     if late:
         # the desired state follows these moves in memory; the record makes it so in the source
         report.late = late
@@ -326,7 +316,8 @@ def _round(
     report.plan = plan
     for line in _decisions(plan):
         log.info(line, extra={"plan_id": plan.plan_id})
-    on_plan(plan, snapshot)
+    options.on_plan(plan, snapshot)
+    act = options.act
     ready = act and bool(plan.moves) and history.observed_since is not None
     if act and plan.moves and history.observed_since is None:
         report.not_acting = (
@@ -335,7 +326,7 @@ def _round(
             + ")"
         )
         log.warning("not acting: %s", report.not_acting)
-    if ready and confirm is not None and not confirm(plan):
+    if ready and options.confirm is not None and not options.confirm(plan):
         report.counted = False  # answered "no" (or a dry run): a look, nothing written
         return
     if ready:
@@ -364,10 +355,10 @@ def _round(
         plan.moves,
         Ports(ports.observer, ports.migrator, ports.recorder, ports.clock),
         plan_id=plan.plan_id,
-        stop=stop,
-        abort=abort,
-        gate=_gates(ports.hold, gate),
-        on_event=on_event,
+        stop=options.stop,
+        abort=options.abort,
+        gate=_gates(ports.hold, options.gate),
+        on_event=options.on_event,
     )
     report.results = execution.run()
 
@@ -438,117 +429,3 @@ def _record_first_seen(
                 log.warning("could not record first sighting of %s: %s", vm.name, err)
         vms.append(vm)
     return snapshot.model_copy(update={"vms": vms})
-
-
-def placement_updates(
-    desired: DesiredState, plan: Plan, results: list[MoveResult]
-) -> tuple[dict[str, str], dict[str, str]]:
-    """placement.yaml entries that follow what happened, so the next plan has nothing to undo:
-    (every entry to write, those of them adopted from where a VM runs without a move).
-
-    VMs listed in the Placement that moved move there too; drift adopted by the plan is written.
-    """
-    listed = desired.placement.spec.vms
-    out: dict[str, str] = {}
-    adopted: dict[str, str] = {}
-    moved = {r.vm for r in results if r.outcome is MoveOutcome.SUCCEEDED}
-    for r in results:
-        if r.vm in moved and r.vm in listed and listed[r.vm] != r.target:
-            out[r.vm] = r.target
-    planned = {m.vm for m in plan.moves + plan.deferred}
-    for vm, host in plan.placement.items():
-        if vm in listed and listed[vm] != host and vm not in planned and vm not in moved:
-            out[vm] = adopted[vm] = host
-    return out, adopted
-
-
-def _status(
-    desired: DesiredState,
-    previous: ReconcileStatus | None,
-    report: RoundReport,
-    started: datetime,
-    finished: datetime,
-    trigger: str,
-    revision: str | None,
-) -> ReconcileStatus:
-    base = previous or ReconcileStatus(cluster=_name(desired))
-    plan, snap = report.plan, report.snapshot
-    complete = snap is not None and all(h.reachable for h in snap.hosts)
-    observed_since = base.observed_since
-    if observed_since is None and complete and snap is not None:
-        observed_since = snap.taken_at
-    counts = {o: sum(r.outcome is o for r in report.results) for o in MoveOutcome}
-    bad = counts[MoveOutcome.FAILED] + counts[MoveOutcome.SKIPPED] + counts[MoveOutcome.ABORTED]
-    if report.error is not None:
-        outcome, message = RoundOutcome.FAILED, report.error.message
-    elif plan is None or not (plan.moves or plan.deferred):
-        outcome, message = RoundOutcome.IN_SYNC, "nothing to move"
-    elif not report.acted:
-        outcome, message = RoundOutcome.PLANNED, f"{len(plan.moves)} move(s) planned, none run"
-    elif bad or report.interrupted:
-        outcome = RoundOutcome.PARTIAL
-        message = (
-            f"{counts[MoveOutcome.SUCCEEDED]} moved, {counts[MoveOutcome.FAILED]} failed, "
-            f"{counts[MoveOutcome.SKIPPED]} skipped, {counts[MoveOutcome.ABORTED]} aborted"
-            + (" (interrupted)" if report.interrupted else "")
-        )
-    else:
-        outcome, message = RoundOutcome.APPLIED, f"{counts[MoveOutcome.SUCCEEDED]} moved"
-    conditions = list(base.conditions)
-    # A transient error (a host or remote not answering) is retried; anything else needs a person.
-    stalled = report.error is not None and not isinstance(report.error, TransientError)
-    if report.error is not None:
-        reason = type(report.error).__name__
-        conditions = with_condition(
-            conditions, ConditionType.READY, False, reason, message, finished
-        )
-        conditions = with_condition(
-            conditions, ConditionType.STALLED, stalled, reason, message, finished
-        )
-        conditions = with_condition(
-            conditions, ConditionType.RECONCILING, False, reason, "", finished
-        )
-    else:
-        pending = plan is not None and bool(
-            plan.deferred or (plan.moves and outcome is not RoundOutcome.APPLIED)
-        )
-        ready = outcome in (RoundOutcome.IN_SYNC, RoundOutcome.APPLIED) and not pending
-        reason = "InSync" if outcome is RoundOutcome.IN_SYNC else outcome.value
-        conditions = with_condition(
-            conditions, ConditionType.READY, ready, reason, message, finished
-        )
-        conditions = with_condition(
-            conditions,
-            ConditionType.RECONCILING,
-            not ready,
-            "MovesPending" if not ready else reason,
-            message,
-            finished,
-        )
-        conditions = with_condition(
-            conditions, ConditionType.STALLED, False, "Progressing", "", finished
-        )
-    interval = desired.policy.spec.interval
-    return base.model_copy(
-        update={
-            "cluster": _name(desired),
-            "observed_revision": revision or base.observed_revision,
-            "observed_since": observed_since,
-            "last_observed_at": snap.taken_at if snap is not None else base.last_observed_at,
-            "imbalance_rounds": dict(plan.imbalance_rounds)
-            if plan is not None
-            else base.imbalance_rounds,
-            "rounds": base.rounds + 1,
-            "conditions": conditions,
-            "last_result": RoundResult(
-                started_at=started,
-                finished_at=finished,
-                trigger=trigger,
-                outcome=outcome,
-                plan_id=plan.plan_id if plan is not None else None,
-                message=message,
-                moves=report.results,
-            ),
-            "next_round_at": finished + interval,
-        }
-    )

@@ -7,7 +7,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from reconciler.model.base import LABEL_KEY_PATTERN, NAME_PATTERN, ApiVersion, Frozen, Metadata
+from reconciler.model.base import (
+    LABEL_KEY_PATTERN,
+    ApiVersion,
+    ClusterName,
+    Frozen,
+    Metadata,
+    RefSafeHostName,
+)
 from reconciler.model.quantity import (
     DURATION_PATTERN,
     Duration,
@@ -87,7 +94,10 @@ SharedPath = Annotated[
 class Host(Frozen):
     """One hypervisor host."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="Unique host name used by rules.")
+    name: RefSafeHostName = Field(
+        description="Unique host name used by rules; it is part of git branch names (drain "
+        "--propose), so no ':', '..', trailing '.' or '.lock'."
+    )
     uri: str = Field(
         min_length=1,
         description="libvirt connection URI, e.g. qemu+ssh://root@kvm-01/system or "
@@ -179,12 +189,21 @@ class ClusterSpec(Frozen):
     observe: Observe = Field(default_factory=Observe)
 
 
+class ClusterMetadata(Metadata):
+    """Identifies the cluster."""
+
+    name: ClusterName = Field(
+        description="The cluster's name; it is part of git ref names (reconciler/observed/"
+        "<name>, the lease), so no ':', '..', trailing '.' or '.lock'."
+    )
+
+
 class Cluster(Frozen):
     """The hosts of one cluster and how to reach them."""
 
     api_version: ApiVersion = Field(alias="apiVersion")
     kind: Literal["Cluster"]
-    metadata: Metadata
+    metadata: ClusterMetadata
     spec: ClusterSpec
 
 
@@ -221,6 +240,7 @@ def effective_migration_limits(cluster: Cluster, host: Host) -> tuple[int, int]:
 __all__ = [
     "LABEL_KEY_PATTERN",
     "Cluster",
+    "ClusterMetadata",
     "ClusterSpec",
     "Defaults",
     "Host",

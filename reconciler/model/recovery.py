@@ -113,6 +113,21 @@ class FenceResult(Frozen):
     seconds: float = Field(default=0, ge=0)
 
 
+class PowerState(StrEnum):
+    OFF = "off"
+    ON = "on"
+    UNKNOWN = "unknown"
+    """The status action failed, timed out, or said neither on nor off."""
+
+
+class PowerStatus(Frozen):
+    """A host's power as its fence agent's status action reports it."""
+
+    state: PowerState
+    detail: str = Field(default="", description="What the agent said, or why it is unknown.")
+    seconds: float = Field(default=0, ge=0)
+
+
 class SavedVm(Frozen):
     """A VM as the reconciler last saw it on a reachable host: enough to start it elsewhere."""
 

@@ -18,7 +18,7 @@ import pytest
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.libvirt import cold
+from reconciler.adapters.libvirt import cold_move
 from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
 from reconciler.adapters.libvirt.leftovers import Leftovers
 from reconciler.adapters.libvirt.migrator import LibvirtMigrator
@@ -289,7 +289,7 @@ def test_a_cold_move_stopped_after_defining_the_target_is_undone_by_the_next_rou
     def killed(*_a: object) -> None:
         raise Killed
 
-    monkeypatch.setattr(cold, "_defined_once", killed)
+    monkeypatch.setattr(cold_move, "_defined_once", killed)
     with pytest.raises(Killed):
         LibvirtMigrator(d, leftovers=Leftovers(noted)).migrate(
             _move(name, "kvm-02", "kvm-03", MigrationClass.COLD),

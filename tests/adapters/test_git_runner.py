@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
-import subprocess
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -105,12 +107,44 @@ def test_a_call_past_its_timeout_is_stopped_with_its_children() -> None:
         assert time.monotonic() - started < 3
         assert "did not finish within 0.5 s" in str(info.value)
         assert "pw-secret" not in str(info.value)
-    assert isinstance(info.value.__cause__, subprocess.TimeoutExpired)
     assert (
         not [  # the whole process group was killed, the sleep too
             p for p in Path("/proc").glob("[0-9]*/cmdline") if _read(p) == b"sleep\x0031.25\x00"
         ]
     )
+
+
+def test_a_call_is_done_when_git_exits_whatever_holds_its_output(tmp_path: Path) -> None:
+    """A process git started that left its session and keeps git's stdout and stderr open
+    (as an ssh ControlPersist master does) neither holds the call to its timeout nor turns a
+    success into a timeout; a hanging git with such a process is stopped at its timeout."""
+    pidfile = tmp_path / "left.pid"
+    leave = (
+        f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & while [ ! -s {pidfile} ]; do :; done"
+    )
+    runner = GitRunner(Remote.parse("/x", {}), timeout=5)
+    try:
+        started = time.monotonic()
+        result = runner.run("-c", f"alias.leave=!{leave}; echo done; echo said >&2", "leave")
+        assert time.monotonic() - started < 3
+        assert result.out == "done\n"
+        assert result.stderr == "said\n"
+        os.kill(int(pidfile.read_text()), 0)  # still there, holding both pipes
+        pidfile.unlink()
+        hang = GitRunner(Remote.parse("/x", {}), timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(TransientError):
+            hang.run("-c", f"alias.hang=!{leave}; sleep 31.5", "hang")
+        assert time.monotonic() - started < 3
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_a_large_output_is_read_whole() -> None:
+    runner = GitRunner(Remote.parse("/x", {}), timeout=20)
+    result = runner.run("-c", "alias.big=!head -c 3000000 /dev/zero", "big")
+    assert len(result.stdout) == 3_000_000
 
 
 def _read(path: Path) -> bytes:

@@ -385,3 +385,144 @@ def test_a_slow_trickle_is_cut_at_the_connection_deadline() -> None:
         slow.server.stop()
     assert closed
     assert time.monotonic() - start < 5
+
+
+# --- replays, framing and depth -------------------------------------------------------------
+
+
+def _github(body: bytes, delivery: str | None = None, secret: str = SECRET) -> dict[str, str]:
+    headers = {"X-Hub-Signature-256": f"sha256={_hmac(body, secret)}", "X-GitHub-Event": "push"}
+    if delivery is not None:
+        headers["X-GitHub-Delivery"] = delivery
+    return headers
+
+
+@pytest.mark.parametrize(
+    ("headers", "forge"),
+    [
+        (_github(PUSH, "72d3162e-cc78-11e3-81ab-4c9367dc0958"), "github"),
+        (
+            {
+                "X-Gitea-Signature": _hmac(PUSH),
+                "X-Gitea-Event": "push",
+                "X-Gitea-Delivery": "a1b2c3",
+                "X-GitHub-Delivery": "a1b2c3",
+            },
+            "gitea",
+        ),
+        (
+            {
+                "X-Gitlab-Token": SECRET,
+                "X-Gitlab-Event": "Push Hook",
+                "Idempotency-Key": "908a6d9e-45fd-46c8-97e6-c4f350f219dd",
+                "X-Gitlab-Event-UUID": "other-on-each-hook",
+            },
+            "gitlab",
+        ),
+        (
+            {
+                "X-Gitlab-Token": SECRET,
+                "X-Gitlab-Event": "Push Hook",
+                "X-Gitlab-Event-UUID": "13792a34-cac6-4fda-95a8-c58e00a3954e",
+            },
+            "gitlab",
+        ),
+    ],
+)
+def test_a_replayed_delivery_triggers_no_second_round(
+    app: App, headers: dict[str, str], forge: str
+) -> None:
+    first = httpx.post(f"{app.url}/webhook", content=PUSH, headers=headers)
+    assert first.status_code == 202
+    for _ in range(3):
+        again = httpx.post(f"{app.url}/webhook", content=PUSH, headers=headers)
+        assert again.status_code == 200
+        assert "seen already (a replay); ignored" in again.text
+    assert app.pushes == [f"webhook:{forge}"]
+
+
+def test_deliveries_with_their_own_ids_each_trigger_a_round(app: App) -> None:
+    for i in range(3):
+        r = httpx.post(f"{app.url}/webhook", content=PUSH, headers=_github(PUSH, f"id-{i}"))
+        assert r.status_code == 202
+    r = httpx.post(f"{app.url}/webhook", content=PUSH, headers=_github(PUSH))  # no id at all
+    assert r.status_code == 202
+    assert app.pushes == ["webhook:github"] * 4
+
+
+def test_an_unsigned_request_does_not_use_up_a_delivery_id(app: App) -> None:
+    forged = httpx.post(
+        f"{app.url}/webhook", content=PUSH, headers=_github(PUSH, "next-id", secret="guess")
+    )
+    assert forged.status_code == 401
+    real = httpx.post(f"{app.url}/webhook", content=PUSH, headers=_github(PUSH, "next-id"))
+    assert real.status_code == 202
+    assert app.pushes == ["webhook:github"]
+
+
+def test_the_delivery_ids_kept_are_bounded() -> None:
+    pushes: list[str] = []
+    server = HttpServer(
+        ("127.0.0.1", 0),
+        registry=Metrics("lab").registry,
+        health=lambda: (True, {}),
+        on_push=pushes.append,
+        secret=SECRET,
+        max_deliveries=3,
+    )
+    server.start()
+    host, port = server.address
+    url = f"http://{host}:{port}/webhook"
+    try:
+        codes = [
+            httpx.post(url, content=PUSH, headers=_github(PUSH, d)).status_code
+            for d in ("a", "b", "a", "c", "d", "e", "a")
+        ]
+    finally:
+        server.stop()
+    # "a" is a replay while it is among the last 3 ids; once 3 others came after it, it is not
+    assert codes == [202, 202, 200, 202, 202, 202, 202]
+    assert len(pushes) == 6
+
+
+def _raw(app: App, request: bytes) -> bytes:
+    sock = _connect(app)
+    try:
+        sock.sendall(request)
+        sock.settimeout(5)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    except TimeoutError:
+        pass
+    finally:
+        sock.close()
+    return answer
+
+
+@pytest.mark.parametrize("second", [str(len(PUSH)), "0"])
+def test_two_content_lengths_are_refused(tight: Tight, second: str) -> None:
+    head = "".join(f"{k}: {v}\r\n" for k, v in _github(PUSH).items())
+    request = (
+        f"POST /webhook HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(PUSH)}\r\n"
+        f"Content-Length: {second}\r\n\r\n"
+    ).encode() + PUSH
+    answer = _raw(tight, request)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"more than one Content-Length" in answer
+    assert tight.pushes == []
+
+
+def test_a_signed_body_nested_200000_deep_is_400_and_the_server_goes_on(
+    tight: Tight, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="reconciler.adapters.http.server")
+    deep = b"[" * 200_000 + b"]" * 200_000
+    r = httpx.post(f"{tight.url}/webhook", content=deep, headers=_github(deep), timeout=30)
+    assert r.status_code == 400
+    assert r.text == "the body nests deeper than a push event does\n"
+    assert tight.pushes == []
+    assert httpx.get(f"{tight.url}/healthz").status_code == 200
+    assert "Traceback" not in capfd.readouterr().err
+    assert all(r.exc_info is None for r in caplog.records)
+    assert not any("RecursionError" in r.getMessage() for r in caplog.records)

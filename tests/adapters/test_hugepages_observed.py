@@ -25,8 +25,8 @@ from reconciler.adapters.libvirt.observe_host import (
     huge_page_sizes,
 )
 from reconciler.adapters.libvirt.observer import observe_cluster
-from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host
+from reconciler.model.base import API_VERSION
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host
 from reconciler.model.snapshot import Snapshot
 from tests.adapters.test_migrator_watch import error
 from tests.core.builders import NOW, host_state, snapshot, vm
@@ -98,7 +98,7 @@ def _cluster(*uris: str) -> Cluster:
     return Cluster(
         api_version=API_VERSION,
         kind="Cluster",
-        metadata=Metadata(name="t"),
+        metadata=ClusterMetadata(name="t"),
         spec=ClusterSpec(hosts=[Host(name=f"h{i}", uri=u) for i, u in enumerate(uris)]),
     )
 

@@ -23,6 +23,7 @@ import pytest
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.lab import Lab, LabVm, qemu
+from reconciler.adapters.libvirt.calls import migration_call
 from reconciler.adapters.libvirt.connection import ConnectionSettings
 from reconciler.adapters.libvirt.domain_metadata import (
     METADATA_KEY,
@@ -30,7 +31,7 @@ from reconciler.adapters.libvirt.domain_metadata import (
     parse_metadata,
     render_metadata,
 )
-from reconciler.adapters.libvirt.migrator import LibvirtMigrator, migration_call
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.config import load_desired
 from reconciler.model.base import HostName, VmName
 from reconciler.model.cluster import Migration

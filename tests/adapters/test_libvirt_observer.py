@@ -23,8 +23,8 @@ from reconciler.adapters.libvirt.observe_host import RawVm
 from reconciler.adapters.libvirt.observe_result import host_result
 from reconciler.adapters.libvirt.observer import observe_cluster, observe_settings
 from reconciler.errors import ConfigError
-from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host, Observe
+from reconciler.model.base import API_VERSION
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host, Observe
 from reconciler.model.snapshot import ReconcilerState, Snapshot, UnmigratableReason, VmRunState
 
 pytestmark = pytest.mark.libvirt
@@ -38,7 +38,7 @@ def cluster_of(
     return Cluster(
         api_version=API_VERSION,
         kind="Cluster",
-        metadata=Metadata(name="t"),
+        metadata=ClusterMetadata(name="t"),
         spec=ClusterSpec(
             hosts=[Host(name=n, uri=u) for n, u in hosts],
             shared_storage=shared or [],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+from reconciler.adapters.libvirt.live_move import LiveMove
 from reconciler.model.migration import MigrationProgress
 
 GIB = 1024**3
@@ -10,7 +10,7 @@ GIB = 1024**3
 
 def _read(stats: dict[str, int]) -> MigrationProgress:
     seen: list[MigrationProgress] = []
-    LibvirtMigrator._report("vm", stats, 1.0, seen.append)
+    LiveMove._report("vm", stats, 1.0, seen.append)
     (progress,) = seen
     return progress
 

@@ -9,18 +9,22 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import libvirt
 import pytest
 
+from reconciler.adapters.libvirt import cold_move, copy_move, live_move
 from reconciler.adapters.libvirt import migrator as migrator_module
+from reconciler.adapters.libvirt.calls import GIB
 from reconciler.adapters.libvirt.connection import ConnectionSettings
 from reconciler.adapters.libvirt.leftovers import Leftovers
-from reconciler.adapters.libvirt.migrator import GIB, LibvirtMigrator
+from reconciler.adapters.libvirt.live_move import LiveMove, Watch
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.errors import HostUnreachable
 from reconciler.model.desired import DesiredState
@@ -82,46 +86,67 @@ def own_pools(monkeypatch: pytest.MonkeyPatch) -> list[OwnPool]:
     return OwnPool.made
 
 
-def _handed(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
-    """Replace the module's ``name`` (live_copy, cold_move, discard_copy) by a recorder."""
+def _handed(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[tuple[Any, ...]]:
+    """Replace ``module``'s ``name`` (live_copy, cold_move, discard_copy) by a recorder."""
     calls: list[tuple[Any, ...]] = []
 
     def record(*args: Any, **kwargs: Any) -> MigrationResult:
         calls.append((*args, kwargs))
         return RESULT
 
-    monkeypatch.setattr(migrator_module, name, record)
+    monkeypatch.setattr(module, name, record)
     return calls
 
 
-@pytest.mark.parametrize(
-    ("klass", "handler"),
-    [(MigrationClass.COPY, "live_copy"), (MigrationClass.COLD, "cold_move")],
-)
-def test_a_move_that_copies_disks_goes_to_its_own_mover_with_everything_it_needs(
-    monkeypatch: pytest.MonkeyPatch, klass: MigrationClass, handler: str
+def test_a_live_copy_goes_to_its_mover_with_the_pool_the_leftovers_and_a_live_mover(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls = _handed(monkeypatch, handler)
+    calls = _handed(monkeypatch, copy_move, "live_copy")
     leftovers = SweptLeftovers()
     pool = Pool({})
-    migrator = LibvirtMigrator(tuned(), pool=pool, leftovers=leftovers)
-    move = MOVE.model_copy(update={"migration_class": klass, "disks": ["vdb"]})
+    desired = tuned()
+    migrator = LibvirtMigrator(desired, pool=pool, leftovers=leftovers)
+    move = MOVE.model_copy(update={"migration_class": MigrationClass.COPY, "disks": ["vdb"]})
     stop = threading.Event()
     seen: list[MigrationProgress] = []
     result = migrator.migrate(move, on_progress=seen.append, abort=stop, uuid=UUID)
     assert result is RESULT
     assert leftovers.swept == [pool]  # volumes an earlier failure left are deleted first
-    ((who, through, what, kwargs),) = calls
-    assert who is migrator
-    assert through is pool
-    assert what == move
+    ((through, noted, live, what, target, kwargs),) = calls
+    assert (through, noted, what, target) == (pool, leftovers, move, desired.cluster.spec.hosts[1])
+    assert isinstance(live, LiveMove)
+    assert (live.pool, live.desired, live.watch) == (pool, desired, migrator.watch)
     assert kwargs == {"on_progress": seen.append, "abort": stop, "uuid": UUID}
+
+
+def test_a_cold_move_goes_to_its_mover_with_its_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _handed(monkeypatch, cold_move, "cold_move")
+    leftovers = SweptLeftovers()
+    pool = Pool({})
+    desired = build_desired(
+        [host("kvm-01"), host("kvm-02")], migration={"copy": {"timeoutPerGiB": "7s"}}
+    )
+    migrator = LibvirtMigrator(desired, pool=pool, leftovers=leftovers)
+    move = MOVE.model_copy(
+        update={"migration_class": MigrationClass.COLD, "disks": ["vdb"], "disk_bytes": 2 * GIB}
+    )
+    stop = threading.Event()
+    seen: list[MigrationProgress] = []
+    result = migrator.migrate(move, on_progress=seen.append, abort=stop, uuid=UUID)
+    assert result is RESULT
+    assert leftovers.swept == [pool]
+    ((through, noted, what, kwargs),) = calls
+    assert (through, noted, what) == (pool, leftovers, move)
+    # copy.timeoutPerGiB 7s x 2 GiB of disks (a cold move sends no memory)
+    assert kwargs == {"limit": 14.0, "on_progress": seen.append, "abort": stop, "uuid": UUID}
 
 
 def test_a_migrator_without_connections_opens_both_hosts_with_its_settings_and_closes_them(
     monkeypatch: pytest.MonkeyPatch, own_pools: list[OwnPool]
 ) -> None:
-    calls = _handed(monkeypatch, "cold_move")
+    calls = _handed(monkeypatch, cold_move, "cold_move")
     settings = ConnectionSettings(connect_timeout=7)
     desired = tuned()
     migrator = LibvirtMigrator(desired, connection=settings, leftovers=SweptLeftovers())
@@ -130,34 +155,34 @@ def test_a_migrator_without_connections_opens_both_hosts_with_its_settings_and_c
     (opened,) = own_pools
     uris = {h.name: h.uri for h in desired.cluster.spec.hosts}
     assert opened.given == ({"kvm-01": uris["kvm-01"], "kvm-02": uris["kvm-02"]}, settings)
-    assert calls[0][1] is opened
+    assert calls[0][0] is opened
     assert opened.closed
 
 
 def test_discarding_a_stopped_cold_copy_goes_through_the_commands_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls = _handed(monkeypatch, "discard_copy")
+    calls = _handed(monkeypatch, cold_move, "discard_copy")
     pool = Pool({})
     closed: list[bool] = []
     pool.close = lambda: closed.append(True)  # type: ignore[method-assign]
     migrator = LibvirtMigrator(tuned(), pool=pool)
     migrator.discard_copy("kvm-02", "web-1", uuid=UUID)
-    assert calls == [(migrator, pool, "kvm-02", UUID, {})]
+    assert calls == [(pool, migrator.leftovers, "kvm-02", UUID, {})]
     assert closed == []  # the command's connections are the command's to close
 
 
 def test_discarding_without_connections_opens_the_one_host_and_closes_it(
     monkeypatch: pytest.MonkeyPatch, own_pools: list[OwnPool]
 ) -> None:
-    calls = _handed(monkeypatch, "discard_copy")
+    calls = _handed(monkeypatch, cold_move, "discard_copy")
     settings = ConnectionSettings(connect_timeout=5)
     desired = tuned()
     migrator = LibvirtMigrator(desired, connection=settings)
     migrator.discard_copy("kvm-02", "web-1", uuid=UUID)
     (opened,) = own_pools
     assert opened.given == ({"kvm-02": desired.cluster.spec.hosts[1].uri}, settings)
-    assert calls == [(migrator, opened, "kvm-02", UUID, {})]
+    assert calls == [(opened, migrator.leftovers, "kvm-02", UUID, {})]
     assert opened.closed
 
 
@@ -183,9 +208,9 @@ def migrate_copy(
     *,
     disk_bytes: int = 0,
 ) -> tuple[MigrationResult, Domain]:
-    """``migrate_live`` of a class-copy move (as ``live_copy`` calls it, volumes made)."""
+    """``LiveMove.migrate`` of a class-copy move (as ``live_copy`` calls it, volumes made)."""
     world, source, pool = fake_hosts(script, release)
-    migrator = LibvirtMigrator(desired, pool=pool, poll_interval=0.001, clock=Clock())
+    live = LiveMove(desired, pool, Watch(poll_interval=0.001, clock=Clock()))
     move = MOVE.model_copy(
         update={
             "migration_class": MigrationClass.COPY,
@@ -193,8 +218,9 @@ def migrate_copy(
             "disk_bytes": disk_bytes,
         }
     )
-    result = migrator.migrate_live(
-        pool, move, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID
+    target = desired.cluster.spec.hosts[1]
+    result = live.migrate(
+        move, target, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID
     )
     return result, source
 
@@ -397,7 +423,7 @@ def test_the_migration_runs_in_a_daemon_thread_named_for_its_vm(release: list[Do
 def test_the_result_log_carries_how_long_libvirts_call_took(
     release: list[Domain], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger=migrator_module.log.name)
+    caplog.set_level(logging.INFO, logger=live_move.log.name)
     run = migrate([*falling(2), DONE], release)
     (record,) = (r for r in caplog.records if hasattr(r, "libvirt_seconds"))
     seconds = record.libvirt_seconds
@@ -409,7 +435,7 @@ def test_the_result_log_carries_how_long_libvirts_call_took(
 def test_the_switch_to_post_copy_is_logged_for_its_vm(
     release: list[Domain], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger=migrator_module.log.name)
+    caplog.set_level(logging.WARNING, logger=live_move.log.name)
     migrate([*falling(2), *stuck(8), DONE], release, desired=tuned(stall="3s", post_copy=True))
     assert "web-1: no progress in pre-copy, switching to post-copy" in caplog.messages
 
@@ -537,3 +563,41 @@ def test_a_leftover_definition_that_cannot_be_removed_keeps_the_move_from_being_
         "the migration ended without the VM running on the target only; its old definition "
         "on kvm-01 could not be removed: cannot undefine: in use"
     )
+
+
+# --- a move that cannot start is a result, never an exception ---------------------------
+
+
+@pytest.mark.parametrize("klass", [MigrationClass.SHARED, MigrationClass.COPY, MigrationClass.COLD])
+def test_a_source_that_does_not_answer_is_a_move_not_started_for_every_class(
+    release: list[Domain], klass: MigrationClass
+) -> None:
+    world, source, pool = fake_hosts([DONE], release)
+    pool.conns["kvm-01"] = HostUnreachable("kvm-01: connection refused")
+    migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
+    move = MOVE.model_copy(update={"migration_class": klass, "disks": ["vdb"]})
+    result = migrator.migrate(move, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
+    assert not result.succeeded
+    assert not result.aborted
+    assert result.error is not None
+    assert result.error.startswith("not started")
+    assert "kvm-01: connection refused" in result.error
+    assert (result.running_on, result.paused_on) == ([], [])
+    assert source.called == []
+    assert world.calls == []
+
+
+def test_a_dedicated_connection_that_cannot_be_opened_is_a_move_not_started(
+    release: list[Domain],
+) -> None:
+    class Unopenable(Pool):
+        @contextlib.contextmanager
+        def dedicated(self, host: str) -> Iterator[Any]:
+            raise HostUnreachable(f"{host}: no route to host")
+            yield
+
+    world, source, pool = fake_hosts([DONE], release, pool_type=Unopenable)
+    migrator = LibvirtMigrator(tuned(), pool=pool, poll_interval=0.001, clock=Clock())
+    result = migrator.migrate(MOVE, on_progress=lambda p: None, abort=threading.Event(), uuid=UUID)
+    assert result.error == "not started, source kvm-01 unreachable: kvm-01: no route to host"
+    assert source.called == []

@@ -16,18 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import libvirt
-import pytest
 
+from reconciler.adapters.libvirt.calls import GIB, migration_call, migration_uri, time_limit
 from reconciler.adapters.libvirt.connection import ConnectionSettings
-from reconciler.adapters.libvirt.migrator import (
-    GIB,
-    LibvirtMigrator,
-    migration_call,
-    migration_uri,
-    time_limit,
-)
+from reconciler.adapters.libvirt.live_move import Watch
+from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.adapters.libvirt.pool import ConnectionPool
-from reconciler.errors import ConfigError, HostUnreachable
+from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName, VmName
 from reconciler.model.cluster import Defaults, Migration
 from reconciler.model.desired import DesiredState
@@ -628,15 +623,19 @@ def test_libvirt_reporting_an_error_after_the_vm_moved_is_a_success(
     assert not run.result.aborted
 
 
-def test_an_unknown_host_is_a_config_error_that_says_to_plan_again() -> None:
+def test_an_unknown_host_is_a_move_not_started_that_says_to_plan_again() -> None:
     migrator = LibvirtMigrator(tuned(), pool=Pool({}), clock=Clock())
-    with pytest.raises(ConfigError, match="host kvm-09 is not in cluster test") as err:
-        migrator.migrate(
-            MOVE.model_copy(update={"target": HostName("kvm-09")}),
-            on_progress=lambda _: None,
-            abort=threading.Event(),
-        )
-    assert err.value.hint == "plan again against the current cluster.yaml"
+    result = migrator.migrate(
+        MOVE.model_copy(update={"target": HostName("kvm-09")}),
+        on_progress=lambda _: None,
+        abort=threading.Event(),
+    )
+    assert not result.succeeded
+    assert result.error == (
+        "not started: host kvm-09 is not in cluster test "
+        "(plan again against the current cluster.yaml)"
+    )
+    assert result.running_on == []
 
 
 def test_a_vm_not_on_the_source_is_refused_before_anything_starts() -> None:
@@ -884,6 +883,6 @@ def test_a_bandwidth_of_one_is_passed_on() -> None:
 
 def test_the_migrator_polls_five_times_a_second_and_waits_a_minute_for_an_aborted_job() -> None:
     migrator = LibvirtMigrator(tuned())
-    assert migrator.poll_interval == 0.2
-    assert migrator.settle_timeout == 60.0
+    assert (migrator.watch.poll_interval, migrator.watch.settle_timeout) == (0.2, 60.0)
+    assert migrator.watch == Watch()
     assert migrator.connection == ConnectionSettings()

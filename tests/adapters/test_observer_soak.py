@@ -23,7 +23,7 @@ def soak_rounds(tmp_path: Path, rounds: int) -> tuple[list[int], list[int], list
     """(threads, fds, max RSS KiB) after warm-up and at the end of ``rounds`` rounds."""
     from reconciler.adapters.lab import write_node_files
     from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
-    from reconciler.engine.round import RoundPorts, run_round
+    from reconciler.engine.round import RoundOptions, RoundPorts, run_round
     from reconciler.model.desired import DesiredState
     from tests.fakes import FakeCluster
 
@@ -44,7 +44,7 @@ def soak_rounds(tmp_path: Path, rounds: int) -> tuple[list[int], list[int], list
     )
     marks: tuple[list[int], list[int], list[int]] = ([], [], [])
     for i in range(rounds):
-        report = run_round(desired, ports, act=False)
+        report = run_round(desired, ports, RoundOptions(act=False))
         assert report.snapshot is not None
         assert all(h.reachable for h in report.snapshot.hosts)
         if i in (rounds // 5, rounds - 1):

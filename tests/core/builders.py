@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
-from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.placement import Placement, PlacementSpec
 from reconciler.model.plan import Move, Plan
@@ -109,7 +109,7 @@ def desired(
         cluster=Cluster(
             api_version=API_VERSION,
             kind="Cluster",
-            metadata=Metadata(name="test"),
+            metadata=ClusterMetadata(name="test"),
             spec=ClusterSpec(hosts=list(hosts)),
         ),
         policy=BalancePolicy(

@@ -7,7 +7,7 @@ from datetime import timedelta
 from hypothesis import strategies as st
 
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
-from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.placement import Placement, PlacementSpec
@@ -161,7 +161,7 @@ def cases(draw: st.DrawFn) -> Case:
         cluster=Cluster(
             api_version=API_VERSION,
             kind="Cluster",
-            metadata=Metadata(name="prop"),
+            metadata=ClusterMetadata(name="prop"),
             spec=ClusterSpec(hosts=hosts),
         ),
         policy=BalancePolicy(

@@ -74,6 +74,12 @@ CONSTRUCTS = {
     "'http://libvirt.org/schemas/domain/qemu/1.0'><qemu:arg value='-S'/></qemu:commandline>",
     "credentials in URLs": "<devices><filesystem><source dir='https://u:p@h/s'/></filesystem>"
     "</devices>",
+    "credentials in host names": "<devices><disk type='network'><source protocol='https' "
+    "name='/i'><host name='u:p@mirror'/></source></disk></devices>",
+    "URL query strings": "<devices><disk type='network'><source protocol='https' name='/i' "
+    "query='sig=abc'><host name='mirror'/></source></disk></devices>",
+    "systemd credentials": "<sysinfo type='smbios'><oemStrings>"
+    "<entry>io.systemd.credential:pw=x</entry></oemStrings></sysinfo>",
 }
 HEADER = "<!-- secrets removed before recording: none found -->\n"
 
@@ -106,6 +112,25 @@ def test_a_stripped_construct_pushed_under_a_clean_header_is_refused(kinds: list
     assert back.xml is None
     assert all(k in back.why for k in kinds)
     assert "recording never keeps" in back.why
+
+
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1),
+    st.sampled_from(["mirror.example", "10.0.0.7", "[fd00::7]"]),
+)
+def test_a_password_in_a_disks_host_name_never_survives(password: str, server: str) -> None:
+    quoted = password.replace("&", "&amp;").replace("'", "&apos;").replace("<", "&lt;")
+    xml = (
+        "<domain><name>x</name><devices><disk type='network'>"
+        f"<source protocol='https' name='/i.iso'><host name='admin:{quoted}@{server}'/>"
+        "</source></disk></devices></domain>"
+    )
+    text = redacted_definition(xml)
+    assert text is not None
+    assert "credentials in host names" in text.splitlines()[0]
+    host = ET.fromstring(text.split("\n", 1)[1]).find("devices/disk/source/host")
+    assert host is not None
+    assert host.get("name") == server
 
 
 def test_what_is_started_is_what_was_checked() -> None:

@@ -21,7 +21,7 @@ from reconciler.core.joint import ArchGoal, improve
 from reconciler.core.planner import plan
 from reconciler.core.state import build
 from reconciler.model.base import API_VERSION, HostName, Metadata, VmName, VmUuid
-from reconciler.model.cluster import Cluster, ClusterSpec, Host, Migration, Reserve
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host, Migration, Reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.placement import Placement, PlacementSpec
@@ -348,7 +348,7 @@ def cases(draw: st.DrawFn) -> Case:
         cluster=Cluster(
             api_version=API_VERSION,
             kind="Cluster",
-            metadata=Metadata(name="exact"),
+            metadata=ClusterMetadata(name="exact"),
             spec=ClusterSpec(hosts=hosts),
         ),
         policy=BalancePolicy(

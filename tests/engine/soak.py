@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from reconciler.engine.loop import Loop, LoopSettings
 from reconciler.engine.metrics import Metrics
-from reconciler.engine.round import RoundPorts, run_round
+from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.model.policy import Mode
 from reconciler.model.status import ReconcileStatus
 from tests.core.builders import desired, host
@@ -73,7 +73,7 @@ def soak(rounds: int, *, flap_every: int = 7, seed: int = 1) -> SoakFigures:
         flapping = done % flap_every == 0
         fake.unreachable("h3", flapping)
         before = len(fake.migrations)
-        report = run_round(d, ports, act=act, trigger=trigger, stop=loop.round_stop)
+        report = run_round(d, ports, RoundOptions(act=act, trigger=trigger, stop=loop.round_stop))
         if flapping:
             flap_moves += sum(m.target == "h3" for m, _ in fake.migrations[before:])
         if done % 50 == 0:  # the load shifts, so balance keeps having work to do

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.engine.leadership import LeaseKeeper
-from reconciler.engine.round import RoundPorts, run_round
+from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.engine.triggers import Wakeup
 from reconciler.errors import HostUnreachable, TransientError
 from reconciler.model.plan import Move
@@ -58,7 +58,7 @@ def test_an_intent_is_on_the_domain_before_its_migration_starts_and_gone_after()
         seen[m.vm] = fake.vms[m.vm].record.intent
 
     fake.on_migrate = at_start
-    report = run_round(d, ports(fake), act=True)
+    report = run_round(d, ports(fake), RoundOptions(act=True))
     assert report.plan is not None
     assert seen, "something moved"
     for m in report.plan.moves:
@@ -83,7 +83,7 @@ def test_a_move_whose_intent_cannot_be_written_does_not_start() -> None:
         original(host, vm, state, uuid=uuid)
 
     fake.record = refuse  # type: ignore[method-assign]
-    report = run_round(d, ports(fake), act=True)
+    report = run_round(d, ports(fake), RoundOptions(act=True))
     assert fake.migrations == []
     assert [r.reason for r in report.results] == ["IntentNotRecorded"]
 
@@ -103,7 +103,7 @@ def test_an_intent_left_by_a_crash_is_resolved_from_where_the_vm_runs(
         intent=MoveIntent(plan_id="p0", source="h0", target="h1", started_at=started),
     )
     d = desired(HOSTS, threshold=10, cooldown="6h")
-    report = run_round(d, ports(fake), act=True)
+    report = run_round(d, ports(fake), RoundOptions(act=True))
     record = fake.vms["vm0"].record
     assert record.intent is None
     if expect_move:
@@ -131,7 +131,7 @@ def test_a_cold_move_stopped_with_the_vm_defined_on_both_hosts_is_undone(
     )
     fake.copies["vm0"] = ("h1", vm.record)
     d = desired(HOSTS, threshold=10)
-    run_round(d, ports(fake), act=True)
+    run_round(d, ports(fake), RoundOptions(act=True))
     if state is VmRunState.RUNNING:
         assert fake.discarded == []
         assert fake.vms["vm0"].record.intent is not None
@@ -157,7 +157,7 @@ def test_a_stopped_cold_move_whose_copy_cannot_be_removed_keeps_its_intent() -> 
         raise HostUnreachable(f"{host} does not answer")
 
     fake.discard_copy = refuse  # type: ignore[method-assign]
-    run_round(desired(HOSTS, threshold=10), ports(fake), act=True)
+    run_round(desired(HOSTS, threshold=10), ports(fake), RoundOptions(act=True))
     assert fake.vms["vm0"].record.intent is not None, "tried again next round"
 
 
@@ -169,8 +169,8 @@ def test_an_intent_is_not_resolved_by_a_look() -> None:
         intent=MoveIntent(plan_id="p0", source="h0", target="h1", started_at=started)
     )
     d = desired(HOSTS, threshold=10)
-    run_round(d, ports(fake), act=True, holds=False, confirm=lambda p: False)
-    run_round(d, ports(fake), act=False, holds=False)
+    run_round(d, ports(fake), RoundOptions(act=True, holds=False, confirm=lambda p: False))
+    run_round(d, ports(fake), RoundOptions(act=False, holds=False))
     assert fake.vms["vm0"].record.intent is not None
     assert fake.records == []
 
@@ -183,11 +183,13 @@ def test_a_dry_run_or_a_no_writes_no_status_no_streak_and_no_first_sighting() ->
     store = MemoryStatusStore()
     d = desired(HOSTS, threshold=10, holdRounds=2)
     for _ in range(3):
-        run_round(d, ports(fake, store), act=True, holds=False, confirm=lambda p: False)
-        run_round(d, ports(fake, store), act=False, holds=False)
+        run_round(
+            d, ports(fake, store), RoundOptions(act=True, holds=False, confirm=lambda p: False)
+        )
+        run_round(d, ports(fake, store), RoundOptions(act=False, holds=False))
     assert store.saves == 0
     assert fake.records == []
-    first = run_round(d, ports(fake, store), act=True)
+    first = run_round(d, ports(fake, store), RoundOptions(act=True))
     assert first.plan is not None
     assert first.plan.moves == [], "the streak starts at the first round that counts"
     assert store.status is not None
@@ -212,7 +214,7 @@ def test_a_status_dated_in_the_future_is_ignored() -> None:
         ),
     )
     d = desired(HOSTS, threshold=10, holdRounds=3)
-    report = run_round(d, ports(fake, store), act=True)
+    report = run_round(d, ports(fake, store), RoundOptions(act=True))
     assert report.plan is not None
     assert report.plan.moves == [], "a streak of 5 from the future must not count"
     assert store.status is not None
@@ -225,7 +227,7 @@ def test_a_record_dated_in_the_future_is_never_copied_into_a_vms_record() -> Non
     for v in fake.vms.values():
         v.record = ReconcilerState(first_seen=future, last_moved_at=future, last_moved_to="h0")
     d = desired(HOSTS, threshold=10, cooldown="6h")
-    report = run_round(d, ports(fake), act=True)
+    report = run_round(d, ports(fake), RoundOptions(act=True))
     assert report.results, "a move dated in the future does not hold VMs in cooldown"
     for v in fake.vms.values():
         assert v.record.first_seen is None or v.record.first_seen <= fake.clock.now()
@@ -251,7 +253,7 @@ def test_no_migration_starts_once_the_hold_is_no_longer_valid() -> None:
     hold = Hold()
     d = desired(HOSTS, threshold=10, batch=4, parallel={"cluster": 1})
     fake.on_migrate = lambda m: setattr(hold, "ok", False)
-    report = run_round(d, ports(fake, hold=hold), act=True)
+    report = run_round(d, ports(fake, hold=hold), RoundOptions(act=True))
     assert len(fake.migrations) == 1
     assert report.results[0].outcome is MoveOutcome.SUCCEEDED
     rest = report.results[1:]
@@ -268,8 +270,9 @@ def test_no_migration_starts_after_the_window_closes_even_mid_queue() -> None:
     report = run_round(
         d,
         ports(fake),
-        act=True,
-        gate=lambda: None if open_[0] else "the policy's apply window closed",
+        RoundOptions(
+            act=True, gate=lambda: None if open_[0] else "the policy's apply window closed"
+        ),
     )
     assert len(fake.migrations) == 1
     assert {r.detail for r in report.results[1:]} == {
@@ -362,7 +365,7 @@ def test_an_unexpected_exception_is_a_failed_stalled_round_never_applied() -> No
 
     fake.record = boom  # type: ignore[method-assign]
     with pytest.raises(ZeroDivisionError):
-        run_round(d, ports(fake, store), act=True)
+        run_round(d, ports(fake, store), RoundOptions(act=True))
     status = store.status
     assert status is not None
     assert status.last_result is not None
@@ -382,7 +385,7 @@ def test_a_transient_error_is_not_a_stall() -> None:
 
     fake.observe = down  # type: ignore[method-assign,assignment]
     with pytest.raises(TransientError):
-        run_round(desired(HOSTS), ports(fake, store), act=True)
+        run_round(desired(HOSTS), ports(fake, store), RoundOptions(act=True))
     assert store.status is not None
     stalled = store.status.condition(ConditionType.STALLED)
     assert stalled is not None
@@ -392,7 +395,7 @@ def test_a_transient_error_is_not_a_stall() -> None:
 def test_an_apply_that_could_not_observe_every_host_says_so() -> None:
     fake = unbalanced()
     fake.unreachable("h2")
-    report = run_round(desired(HOSTS, threshold=10), ports(fake), act=True)
+    report = run_round(desired(HOSTS, threshold=10), ports(fake), RoundOptions(act=True))
     assert report.results == []
     assert report.not_acting is not None
     assert "h2" in report.not_acting
@@ -407,12 +410,12 @@ def test_a_persons_change_to_the_same_entry_is_kept_and_reported() -> None:
     d = desired(HOSTS, threshold=10, placement=listed, drift="adopt")
     source = MemorySource(d, listed)
     source.load()
-    plan = run_round(d, ports(fake), act=False).plan
+    plan = run_round(d, ports(fake), RoundOptions(act=False)).plan
     assert plan is not None
     victim = plan.moves[0].vm
     fake.on_migrate = lambda m: source.person_sets(victim, "h2") if m.vm == victim else None
     store = MemoryStatusStore()
-    report = run_round(d, ports(fake, store, source=source), act=True)
+    report = run_round(d, ports(fake, store, source=source), RoundOptions(act=True))
     assert source.placement[victim] == "h2", "the person's entry is kept"
     assert any(victim in line for line in report.conflicts)
     assert store.status is not None

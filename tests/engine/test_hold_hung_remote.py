@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.adapters.git.lease import GitLease
 from reconciler.engine.leadership import LeaseKeeper
-from reconciler.engine.round import RoundPorts, run_round
+from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.engine.triggers import Wakeup
 from reconciler.model.plan import Move
 from reconciler.model.status import MoveOutcome
@@ -69,7 +69,7 @@ def test_no_migration_starts_after_the_renew_deadline_while_the_remote_hangs(
             clock=fake.clock,
             hold=answers,
         )
-        report = run_round(d, ports, act=True)
+        report = run_round(d, ports, RoundOptions(act=True))
         keeper._stop.set()  # the keeper thread is stuck in the hung push: do not wait for it
     assert hung_at
     # The last renewal that could have succeeded began before the hang, so the hold may answer

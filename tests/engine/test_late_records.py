@@ -11,7 +11,7 @@ import pytest
 from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.config import load_desired
 from reconciler.engine.ports import DesiredSource
-from reconciler.engine.round import RoundReport, run_round
+from reconciler.engine.round import RoundOptions, RoundReport, run_round
 from reconciler.engine.sources import RepoSource
 from reconciler.errors import GitError
 from reconciler.model.acting import Record, Recorded
@@ -53,8 +53,7 @@ def act(fake: FakeCluster, source: DesiredSource) -> RoundReport:
     return run_round(
         loaded.desired,
         ports(fake, source=source),
-        act=True,
-        placement_changed_at=loaded.placement_changed_at,
+        RoundOptions(act=True, placement_changed_at=loaded.placement_changed_at),
     )
 
 

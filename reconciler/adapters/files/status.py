@@ -2,28 +2,21 @@
 
 Default place: ``$XDG_STATE_HOME/reconciler/<cluster>/status.json`` (``~/.local/state`` when
 XDG_STATE_HOME is unset), or ``<state dir>/<cluster>/status.json`` with ``--state-dir``.
-Written atomically (``atomic.write_atomically``), so neither a crash mid-write nor a second
-writer leaves a torn status. A status file that cannot be read as a ReconcileStatus (torn by a
+One ``json_store.JsonStore``: written atomically, so neither a crash mid-write nor a second
+writer leaves a torn status; a status file that cannot be read as a ReconcileStatus (torn by a
 crash before this, edited by hand) is a warning and treated as absent: the next round writes a
 new one.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from reconciler.adapters.files.atomic import write_atomically, write_hint
-from reconciler.errors import TerminalError
+from reconciler.adapters.files.json_store import model_store
 from reconciler.model.status import ReconcileStatus, status_json
 
 __all__ = ["FILE_NAME", "FileStatusStore", "default_state_dir", "status_json"]
-
-log = logging.getLogger(__name__)
 
 FILE_NAME = "status.json"
 
@@ -39,40 +32,18 @@ class FileStatusStore:
 
     def __init__(self, cluster: str, state_dir: Path | None = None) -> None:
         self.path = (state_dir or default_state_dir()) / cluster / FILE_NAME
+        self._file = model_store(
+            self.path,
+            ReconcileStatus,
+            what="status",
+            dump=status_json,
+            mode=0o644,
+            if_unreadable="the next round writes a new one (imbalance streaks restart)",
+        )
 
     def load(self) -> ReconcileStatus | None:
         """The saved status; None when there is none or it cannot be read as one (a warning)."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            raise TerminalError(
-                f"cannot read status {self.path}: {err.strerror}",
-                hint="give the reconciler's user read access to its state directory",
-            ) from err
-        except UnicodeDecodeError:
-            problem = "not UTF-8 text"
-        else:
-            try:
-                return ReconcileStatus.model_validate(json.loads(text))
-            except json.JSONDecodeError as err:
-                problem = f"not JSON ({err.msg} at line {err.lineno})"
-            except ValidationError as err:
-                problem = f"not a ReconcileStatus ({err.error_count()} problem(s))"
-        log.warning(
-            "status file %s is %s; treated as absent: the next round writes a new one "
-            "(imbalance streaks restart)",
-            self.path,
-            problem,
-        )
-        return None
+        return self._file.load()
 
     def save(self, status: ReconcileStatus) -> None:
-        try:
-            write_atomically(self.path, status_json(status).encode(), mode=0o644, make_parents=True)
-        except OSError as err:
-            raise TerminalError(
-                f"cannot write the status in {self.path.parent}: {err.strerror or err}",
-                hint=write_hint(err),
-            ) from err
+        self._file.save(status)

@@ -1,7 +1,8 @@
 """Text files the reconciler edits in place: placement.yaml and cluster.yaml of a folder.
 
-Replaced atomically (``atomic.write_atomically``), their mode kept. The edits themselves are
-pure text functions (``reconciler.config.yaml_edit``).
+Replaced atomically (``atomic.write_atomically``), their mode kept; a file that cannot be read
+is a ConfigError, one that cannot be written a TerminalError (never a bare OSError). The edits
+themselves are pure text functions (``reconciler.config.yaml_edit``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.files.atomic import write_atomically
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, TerminalError
 
 
 def rewrite_file(path: Path, edit: Callable[[str], str]) -> bool:
-    """Apply ``edit`` to the text of ``path`` and replace it atomically; True if it changed."""
+    """Apply ``edit`` to the text of ``path`` and replace it atomically; True if it changed.
+
+    ConfigError when it cannot be read, TerminalError when it cannot be written (the file is
+    then as it was)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -23,7 +27,14 @@ def rewrite_file(path: Path, edit: Callable[[str], str]) -> bool:
     new = edit(text)
     if new == text:
         return False
-    write_atomically(path, new.encode("utf-8"), mode=path.stat().st_mode & 0o7777)
+    try:
+        write_atomically(path, new.encode("utf-8"), mode=path.stat().st_mode & 0o7777)
+    except OSError as err:
+        raise TerminalError(
+            f"cannot write {path}: {err.strerror or err}",
+            hint="give the reconciler's user write access to the cluster folder, "
+            "on a file system with free space",
+        ) from err
     return True
 
 

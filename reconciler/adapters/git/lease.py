@@ -216,11 +216,7 @@ class GitLease:
             # renew: one compare-and-swap push from the record we hold; it fails only if
             # someone else wrote the ref, and then the lease is read as any candidate does
             self._sequence = (self._sequence + 1) % RECORDS
-            now = self._monotonic()
-            new = self._push(self._held, self._record(), self._acquired_at)
-            if new is not None:
-                self._held = self._seen = new
-                self._renewed_at = self._seen_at = now
+            if self._pushed(self._held, self._monotonic()):
                 return True
             self._held = None
         sha, record = self._read()
@@ -234,19 +230,19 @@ class GitLease:
             sequence = record.get("sequence")
             self._sequence = (sequence if isinstance(sequence, int) else 0) + 1
             self._sequence %= RECORDS
-            new = self._push(sha, self._record(), self._acquired_at)
-            if new is None:
-                return False
-            self._held = self._seen = new
-            self._renewed_at = self._seen_at = now
-            return True
+            return self._pushed(sha, now)
         if holder is not None and now - self._seen_at < self.lease_duration:
             return False
         # a new term: a new acquire time, so its records are objects of its own
         self._acquired_at = self._now().replace(microsecond=0)
         self._sequence = 0
         self._written = {k: v for k, v in self._written.items() if v == EMPTY_TREE}
-        new = self._push(sha, self._record(), self._acquired_at)
+        return self._pushed(sha, now)
+
+    def _pushed(self, old: str | None, now: float) -> bool:
+        """Push this term's record over ``old``; when it is taken, hold it as renewed at
+        ``now`` (this process's monotonic clock). False when another holder won the swap."""
+        new = self._push(old, self._record(), self._acquired_at)
         if new is None:
             return False
         self._held = self._seen = new

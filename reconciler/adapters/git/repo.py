@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from reconciler.adapters.git.runner import GitRunner, Remote, detail
-from reconciler.errors import GitError, PushRejected, RemoteUnreachable
+from reconciler.errors import DocumentError, GitError, PushRejected, RemoteUnreachable
 from reconciler.model.audit import RepoCommit
 
 DEFAULT_AUTHOR = ("reconciler", "reconciler@localhost")
@@ -237,12 +237,37 @@ class GitStateRepo:
                 data = io.BytesIO(self._run("archive", "--format=tar", sha))
             except GitError as err:
                 raise GitError(f"cannot read commit {sha[:12]}: {err.message}") from err
-            with tarfile.open(fileobj=data) as tar:
-                tar.extractall(tmp, filter="data")  # refuses links and paths out of the tree
+            try:
+                with tarfile.open(fileobj=data) as tar:
+                    tar.extractall(tmp, filter="data")  # refuses links and paths out of the tree
+            except tarfile.FilterError as err:
+                raise self._refused(sha, err) from None
+            except tarfile.TarError as err:
+                raise GitError(f"cannot read commit {sha[:12]}: {err}") from err
             tmp.rename(tree)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _refused(self, sha: str, err: tarfile.FilterError) -> DocumentError:
+        """A file of commit ``sha`` that would reach outside the repository's tree: a
+        symbolic link to an absolute path or out through ``..`` (nothing was read through it,
+        nothing written outside)."""
+        member = err.tarinfo
+        where = f"{member.name} in commit {sha[:12]} of {self.display_url}"
+        if member.issym() or member.islnk():
+            return DocumentError(
+                f"{where} is a symbolic link to {member.linkname}, outside the repository; "
+                "the commit is not read",
+                file=member.name,
+                hint="replace the link with a copy of the file it points to, or point it at a "
+                "file inside the repository with a relative path, and push",
+            )
+        return DocumentError(
+            f"{where} cannot be checked out safely ({err}); the commit is not read",
+            file=member.name,
+            hint="remove the file from the repository and push",
+        )
 
     @staticmethod
     def _prune(trees: Path, keep: Path) -> None:

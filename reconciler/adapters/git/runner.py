@@ -4,9 +4,12 @@ The state repository (``git_repo``) and the lease (``lease_git``) both run git t
 ``GitRunner``:
 
 - **Timeout.** Every call is given ``timeout`` seconds (``RECONCILER_GIT_TIMEOUT``, default
-  20). git runs in a session of its own; when the time is up the whole process group
-  (``git-remote-https`` and ``ssh`` too) is killed and the call raises RemoteUnreachable
-  (a call that talks to the remote) or TransientError (a local one), naming the command.
+  20), its output pipes included: git runs through ``run_process``
+  (``reconciler.adapters.processes.runner``), in a session of its own; when the time is up the
+  whole process group (``git-remote-https`` and ``ssh`` too) is killed and the call raises
+  RemoteUnreachable (a call that talks to the remote) or TransientError (a local one), naming
+  the command. A call is done when git exits, even if a process it started still holds its
+  output (an ssh ``ControlPersist`` master).
 - **No prompt.** ``GIT_TERMINAL_PROMPT=0``, ``GIT_ASKPASS=true``, no stdin and no controlling
   terminal: a missing credential fails at once instead of waiting for a person.
 - **Credentials off the command line.** ``Remote.parse`` takes the userinfo out of an
@@ -24,15 +27,13 @@ The state repository (``git_repo``) and the lease (``lease_git``) both run git t
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
-import signal
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from reconciler.adapters.processes.runner import run_process
 from reconciler.errors import GitError, RemoteUnreachable, TransientError
 from reconciler.redact import SECRET_ENV, register, scrub
 
@@ -46,7 +47,6 @@ DEFAULT_USERNAME = "x-access-token"
 GitHub takes any name with a token, GitLab and Gitea take a token as the password of any
 user name (GitLab's OAuth tokens want ``oauth2``: set it)."""
 
-_KILL_GRACE = 5.0
 _TOKEN_LIKE = 16  # a user name this long in a URL is taken for a token and scrubbed
 _INHERITED_REPO_ENV = (  # a caller's repository must never redirect ours
     "GIT_DIR",
@@ -194,47 +194,27 @@ class GitRunner:
             raise GitError(f"git {args[0]}: {where} is not a directory")
         feed = input.encode() if isinstance(input, str) else input
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=where,
-                env=self.environment(env),
-                stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # no terminal to prompt on; one group to kill
-            )
+            done = run_process(
+                argv, timeout=self.timeout, env=self.environment(env), input=feed, cwd=where,
+                max_output=None, merge_stderr=False,
+            )  # fmt: skip
         except OSError as err:
             raise GitError(f"cannot run git: {err.strerror}", hint="install git") from err
-        try:
-            out, err_bytes = proc.communicate(feed, timeout=self.timeout)
-        except subprocess.TimeoutExpired as err:
-            self._kill(proc)
+        if done.timed_out or done.returncode is None:
             message = (
                 f"git {args[0]} on {self.remote.display} did not finish within "
                 f"{self.timeout:g} s and was stopped"
             )
             hint = f"the next attempt tries again; {TIMEOUT_ENV} sets the time allowed"
             if network:
-                raise RemoteUnreachable(message, hint=hint) from err
-            raise TransientError(message, hint=hint) from err
+                raise RemoteUnreachable(message, hint=hint)
+            raise TransientError(message, hint=hint)
         result = GitResult(
-            tuple(args), proc.returncode, out, scrub(err_bytes.decode(errors="replace"))
+            tuple(args), done.returncode, done.stdout, scrub(done.stderr.decode(errors="replace"))
         )
         if check and not result.ok:
             raise GitError(f"git {args[0]} failed on {self.remote.display}: {detail(result)}")
         return result
-
-    @staticmethod
-    def _kill(proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.communicate(timeout=_KILL_GRACE)
-        except subprocess.TimeoutExpired:  # a descendant left the group and kept a pipe
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            proc.wait()
 
 
 def detail(result: GitResult) -> str:

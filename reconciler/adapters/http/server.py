@@ -6,13 +6,20 @@
   ``X-Gitea-Signature`` (HMAC-SHA256 of the body) and GitLab's ``X-Gitlab-Token`` (the secret
   itself) are compared in constant time with the secret; anything missing or wrong is 401 and
   triggers nothing. A valid push (to the watched branch, when one is given) triggers a round.
+  A delivery is triggered once: the forge's delivery id (GitHub's ``X-GitHub-Delivery``,
+  Gitea's and Forgejo's ``X-Gitea-Delivery``/``X-Forgejo-Delivery``, GitLab's
+  ``Idempotency-Key`` or else ``X-Gitlab-Event-UUID``) of the last ``MAX_DELIVERIES`` signed
+  deliveries is kept, and one seen already (a replay, a forge's retry) is answered 200 and
+  triggers nothing.
 
 The endpoints face the network (a forge must reach ``/webhook``), so each connection is bounded:
 a read that waits longer than ``read_timeout`` closes it, a connection older than
 ``connection_deadline`` is shut down however slowly it trickles, at most ``max_connections`` are
 served at once (one thread each; the rest are answered 503 and closed at once), a body is
-refused from its Content-Length before it is read, and a webhook's signature is checked before
-its body is parsed. A client that goes away is one line in the log, never a traceback.
+refused from its Content-Length before it is read (and so is a request with two of them, or a
+Transfer-Encoding), a webhook's signature is checked before its body is parsed, and a body
+nested deeper than the parser goes is 400. A client that goes away is one line in the log,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +53,14 @@ CONNECTION_DEADLINE: Final = 30.0
 """Seconds a connection may last in all, however slowly its client sends."""
 MAX_CONNECTIONS: Final = 64
 """Connections served at once (a thread each); Prometheus and a forge need a few."""
+MAX_DELIVERIES: Final = 4096
+"""Delivery ids remembered to recognize a replay: far more than a forge retries within hours."""
+_DELIVERY_HEADERS: Final = {
+    "github": ("x-github-delivery",),
+    "gitea": ("x-gitea-delivery", "x-forgejo-delivery", "x-gogs-delivery", "x-github-delivery"),
+    "gitlab": ("idempotency-key", "x-gitlab-event-uuid"),
+}
+"""Per forge, the headers that name one delivery, kept the same when it is sent again."""
 _BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 31\r\n"
     b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections; try again\n"
@@ -93,8 +109,50 @@ def push_ref(forge: str, headers: dict[str, str], body: bytes) -> tuple[bool, st
         payload = json.loads(body or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return True, None
+    except RecursionError as err:  # nesting deeper than the parser's recursion limit
+        raise TooDeep("the body nests deeper than a push event does") from err
     ref = payload.get("ref") if isinstance(payload, dict) else None
     return True, ref if isinstance(ref, str) else None
+
+
+class TooDeep(ValueError):
+    """A webhook body the JSON parser cannot follow to its end."""
+
+
+def delivery_id(forge: str, headers: dict[str, str]) -> str | None:
+    """The id the forge gave this delivery (the same on a retry or a redelivery), or None."""
+    for name in _DELIVERY_HEADERS.get(forge, ()):
+        value = headers.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+class _Deliveries:
+    """The ids of the last ``limit`` deliveries (hashed: an id is any header's text)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, forge: str, delivery: str) -> bool:
+        """True the first time ``delivery`` of ``forge`` is seen, False for a replay."""
+        key = hashlib.sha256(f"{forge}\0{delivery}".encode()).hexdigest()
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._seen[key] = None
+            while len(self._seen) > self.limit:
+                self._seen.popitem(last=False)
+            return True
+
+
+def _shown(delivery: str) -> str:
+    """A delivery id fit for a log line and an answer."""
+    text = "".join(c for c in delivery[:80] if c.isalnum() or c in "-_.:")
+    return text or "?"
 
 
 class _BoundedServer(ThreadingHTTPServer):
@@ -184,8 +242,10 @@ class HttpServer:
         read_timeout: float = READ_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         connection_deadline: float = CONNECTION_DEADLINE,
+        max_deliveries: int = MAX_DELIVERIES,
     ) -> None:
         self.registry = registry
+        self.deliveries = _Deliveries(max_deliveries)
         self.health = health
         self.on_push = on_push
         self.secret = secret.encode() if secret else None
@@ -224,7 +284,20 @@ class HttpServer:
         if forge is None:
             log.warning("webhook refused: missing or wrong signature")
             return HTTPStatus.UNAUTHORIZED, "missing or wrong signature\n"
-        is_push, ref = push_ref(forge, headers, body)
+        delivery = delivery_id(forge, headers)
+        if delivery is not None and not self.deliveries.first(forge, delivery):
+            log.warning(
+                "webhook: %s delivery %s was seen already; ignored", forge, _shown(delivery)
+            )
+            return (
+                HTTPStatus.OK,
+                f"delivery {_shown(delivery)} was seen already (a replay); ignored\n",
+            )
+        try:
+            is_push, ref = push_ref(forge, headers, body)
+        except TooDeep as err:
+            log.warning("webhook refused: %s", err)
+            return HTTPStatus.BAD_REQUEST, f"{err}\n"
         if not is_push:
             return HTTPStatus.OK, "not a push event; ignored\n"
         if self.branch and ref is not None and ref != f"refs/heads/{self.branch}":
@@ -299,7 +372,12 @@ def _handler(app: HttpServer, read_timeout: float) -> type[BaseHTTPRequestHandle
                 self.close_connection = True
                 self._send(HTTPStatus.NOT_FOUND, b"POST only to /webhook\n", "text/plain")
                 return
-            text = (self.headers.get("Content-Length") or "0").strip()
+            lengths = self.headers.get_all("Content-Length") or []
+            if len(lengths) > 1:  # which one frames the body is for an attacker to exploit
+                self.close_connection = True
+                self._send(HTTPStatus.BAD_REQUEST, b"more than one Content-Length\n", "text/plain")
+                return
+            text = (lengths[0] if lengths else "0").strip()
             if not text.isdigit() or self.headers.get("Transfer-Encoding"):
                 self.close_connection = True
                 self._send(HTTPStatus.BAD_REQUEST, b"a body needs a Content-Length\n", "text/plain")

@@ -8,8 +8,8 @@ from pathlib import Path
 from reconciler.adapters.lab.layout import host_names, indent, rack, template
 from reconciler.adapters.lab.state import UUID_NS, Lab, LabHost, LabVm
 from reconciler.adapters.libvirt.domain_metadata import render_metadata
-from reconciler.model.base import API_VERSION, Metadata
-from reconciler.model.cluster import Cluster, ClusterSpec, Host
+from reconciler.model.base import API_VERSION
+from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host
 
 
 def node_xml(domains: str = "", *, cpus: int = 4, memory_mib: int = 4096) -> str:
@@ -86,6 +86,6 @@ def write_node_files(
     return Cluster(
         api_version=API_VERSION,
         kind="Cluster",
-        metadata=Metadata(name=name),
+        metadata=ClusterMetadata(name=name),
         spec=ClusterSpec(hosts=host_models),
     )

@@ -2,7 +2,9 @@
 
 Pure functions: the observer reads the disks with ``disk_refs``, asks the host for its pools
 only when some disk may be local (``needs_pools``), then calls ``resolve_disks`` and
-``classify``. The classes (``MigrationClass``):
+``classify``; the migrator reads them with ``disk_refs`` too, for libvirt's safety check
+(``calls.declared_shared``). ``under`` is the one test of a path against the shared prefixes.
+The classes (``MigrationClass``):
 
 - ``shared``: running, and every disk is on storage all hosts see: a network disk (rbd, iscsi,
   nbd, gluster, ...), a path under ``spec.sharedStorage``, a volume of a pool of a network type
@@ -59,6 +61,7 @@ class DiskRef:
     protocol: str | None = None
     name: str | None = None
     shareable: bool = False
+    readonly: bool = False
 
     @property
     def source(self) -> str:
@@ -99,6 +102,7 @@ def disk_refs(domain: ET.Element) -> list[DiskRef]:
             device=disk.get("device", "disk"),
             kind=kind,
             shareable=disk.find("shareable") is not None,
+            readonly=disk.find("readonly") is not None,
         )
         if source is not None:
             path = next((source.get(a) for a in ("file", "dev", "dir") if source.get(a)), None)
@@ -112,12 +116,15 @@ def disk_refs(domain: ET.Element) -> list[DiskRef]:
                 protocol=source.get("protocol"),
                 name=source.get("name"),
                 shareable=ref.shareable,
+                readonly=ref.readonly,
             )
         out.append(ref)
     return out
 
 
-def _under(path: str, prefixes: Sequence[str]) -> bool:
+def under(path: str, prefixes: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``prefixes`` or in a folder of one (``/a`` holds ``/a/b``,
+    not ``/ab``); a prefix's trailing slash does not count."""
     for prefix in prefixes:
         p = prefix.rstrip("/")
         if p and (path == p or path.startswith(p + "/")):
@@ -130,7 +137,7 @@ def _maybe_local(ref: DiskRef, shared_paths: Sequence[str]) -> bool:
         return False
     if ref.kind == "volume":
         return True
-    return ref.path is not None and not _under(ref.path, shared_paths)
+    return ref.path is not None and not under(ref.path, shared_paths)
 
 
 def needs_pools(refs: Iterable[DiskRef], shared_paths: Sequence[str]) -> bool:
@@ -140,7 +147,7 @@ def needs_pools(refs: Iterable[DiskRef], shared_paths: Sequence[str]) -> bool:
 
 def _pool_shared(pool: PoolInfo, shared_paths: Sequence[str]) -> bool:
     return pool.kind in SHARED_POOL_TYPES or (
-        pool.target is not None and _under(pool.target, shared_paths)
+        pool.target is not None and under(pool.target, shared_paths)
     )
 
 
@@ -180,7 +187,7 @@ def _resolve(
             return base.model_copy(update={"why": f"empty {ref.device}"})
         return base.model_copy(update={"shared": False, "why": "no source"})
     else:
-        if _under(ref.path, shared_paths):
+        if under(ref.path, shared_paths):
             return base.model_copy(update={"why": "under a sharedStorage path"})
         found = by_path.get(ref.path)
     if found is None:

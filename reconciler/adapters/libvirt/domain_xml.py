@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from reconciler.adapters.libvirt.compatibility import Needs, needs_of
-from reconciler.adapters.libvirt.domain_disks import DiskRef, disk_refs
+from reconciler.adapters.libvirt.domain_disks import DiskRef, disk_refs, under
 from reconciler.adapters.libvirt.domain_metadata import (
     DomainMetadata,
     no_metadata,
@@ -95,14 +95,6 @@ def domain_facts(domain: ET.Element) -> DomainFacts:
     )
 
 
-def _under(path: str, prefixes: Sequence[str]) -> bool:
-    for prefix in prefixes:
-        p = prefix.rstrip("/")
-        if p and (path == p or path.startswith(p + "/")):
-            return True
-    return False
-
-
 def _disk_blocker(disk: ET.Element, shared_paths: Sequence[str]) -> Unmigratable | None:
     disk_type = disk.get("type", "file")
     device = disk.get("device", "disk")
@@ -142,7 +134,7 @@ def _disk_blocker(disk: ET.Element, shared_paths: Sequence[str]) -> Unmigratable
         return Unmigratable(
             code=UnmigratableReason.LOCAL_DISK, detail=f"disk {target_dev} has no source path"
         )
-    if _under(path, shared_paths):
+    if under(path, shared_paths):
         return None
     return Unmigratable(
         code=UnmigratableReason.LOCAL_DISK,

@@ -4,8 +4,10 @@ Before a move creates volumes on a target (libvirt precreating them for a live c
 cold move creating them itself), they are noted here; after the move they are either the VM's
 disks (it runs or is defined there: the note is dropped) or leftovers to delete. A target that
 died mid-copy cannot be asked then: the note stays, in a file of the state directory when there
-is one (a restarted reconciler finds it), and the volume is deleted on a later move once that
-host answers again.
+is one (``leftover-volumes.json``, a ``files.json_store.JsonStore`` like the status: replaced
+atomically and flushed to disk, so a restarted reconciler finds it), and the volume is deleted
+on a later move once that host answers again. A ledger that cannot be read or written is a
+warning: the note in memory still serves the process.
 
 A noted volume is deleted only when no domain defined on its host refers to it (by path, or
 by pool and name): a move whose outcome was misjudged, or a VM defined there since, keeps its
@@ -19,22 +21,20 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import libvirt
 
+from reconciler.adapters.files.json_store import JsonStore
 from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.volumes import Volume
 from reconciler.errors import ReconcilerError
-
-if TYPE_CHECKING:
-    from reconciler.adapters.libvirt.disk_moves import Volume
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Leftovers:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
+        self._file = _ledger(path) if path is not None else None
         self._lock = threading.Lock()
         self._failed_at: dict[str, float] = {}
         self._moving: set[str] = set()
@@ -62,25 +63,21 @@ class Leftovers:
         self._entries: list[Leftover] = self._load()
 
     def _load(self) -> list[Leftover]:
-        if self.path is None or not self.path.exists():
+        if self._file is None:
             return []
         try:
-            raw = json.loads(self.path.read_text())
-            return [Leftover(**e) for e in raw]
-        except (OSError, ValueError, TypeError) as err:
-            log.warning("leftover volumes record %s unreadable, ignored: %s", self.path, err)
+            return self._file.load() or []
+        except ReconcilerError as err:  # unread, it still serves this process from now on
+            log.warning("%s", err)
             return []
 
     def _save(self) -> None:
-        if self.path is None:
+        if self._file is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps([asdict(e) for e in self._entries], indent=1))
-            os.replace(tmp, self.path)
-        except OSError as err:  # the note in memory still serves this process
-            log.warning("could not write the leftover volumes record %s: %s", self.path, err)
+            self._file.save(self._entries)
+        except ReconcilerError as err:  # the note in memory still serves this process
+            log.warning("%s", err)
 
     def entries(self) -> list[Leftover]:
         with self._lock:
@@ -156,6 +153,18 @@ class Leftovers:
                 continue
             for note in self.remove(pool, host):
                 log.warning("leftover volumes: %s", note)
+
+
+def _ledger(path: Path) -> JsonStore[list[Leftover]]:
+    """The ledger's file: a JSON list of the noted volumes."""
+    return JsonStore(
+        path,
+        what="leftover volumes record",
+        parse=lambda data: [Leftover(**e) for e in data],
+        dump=lambda entries: json.dumps([asdict(e) for e in entries], indent=1),
+        mode=0o644,
+        if_unreadable="volumes noted in it are not deleted by this reconciler",
+    )
 
 
 _WAIT = "wait"

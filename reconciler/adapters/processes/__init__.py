@@ -1,1 +1,1 @@
-"""Commands run on the reconciler's machine (fence agents)."""
+"""Commands run on the reconciler's machine (fence agents), all through one runner."""

@@ -1,13 +1,25 @@
-"""Cold move of a shut-off VM: volumes streamed to the target's same-named pools, definition
-moved, still shut off; the source cleaned only after verification (see ``disk_moves``' module
-doc for the order and what a failure leaves).
+"""A cold move of a shut-off VM (class cold): volumes streamed to the target's same-named
+pools, the definition moved, still shut off; the source cleaned only after verification.
+
+For each local volume a volume of the same name, format and capacity is created in the target's
+pool of the same name (``volumes.prepare_copy`` checked first that none is there) and filled
+from the source through libvirt streams (``virStorageVolDownload`` into ``virStorageVolUpload``);
+the definition is defined on the target (file paths pointed at the new volumes), still shut off.
+Verified (defined once on the target, each target volume with the source's capacity), the source
+definition is undefined and then its volumes deleted. On any failure the target definition and
+volumes made are removed (``leftovers`` keeps the volumes of a target that does not answer, to
+delete when it does) and the source stays as it was.
 
 Streams are sparse (``VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM`` into ``..._UPLOAD_SPARSE_STREAM``):
 holes travel as lengths, so a mostly empty volume copies in the time of its data and stays
 sparse on the target. The definition defined on the target carries the source's metadata, the
 move's intent included: a reconciler stopped between defining it and undefining the source
 finds the VM defined on both hosts with the same intent, shut off on both, and removes the
-target's copy (``discard_copy``); the source was never touched before verification.
+target's copy (:func:`discard_copy`); the source was never touched before verification.
+
+The copy is bounded by ``migration.copy.timeoutPerGiB`` (else ``timeoutPerGiB``) x the GiB of
+its disks, and stops when the caller sets ``abort``. It never raises for the move: a source or
+target that does not answer before anything started is a result with ``succeeded=False``.
 """
 
 from __future__ import annotations
@@ -18,29 +30,28 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
 import libvirt
 
-from reconciler.adapters.libvirt.disk_moves import (
-    CHUNK,
+from reconciler.adapters.libvirt.leftovers import Leftovers
+from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.results import ended, failed_before_start
+from reconciler.adapters.libvirt.volumes import (
     NOT_STARTED,
     DiskMoveError,
     Volume,
-    copy_time_limit,
     prepare_copy,
     verify_volumes,
 )
-from reconciler.adapters.libvirt.leftovers import Leftovers
-from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.errors import ReconcilerError
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 
-if TYPE_CHECKING:
-    from reconciler.adapters.libvirt.migrator import LibvirtMigrator
-
 log = logging.getLogger(__name__)
+
+CHUNK: Final = 4 * 1024**2
+"""Bytes asked of the source's stream at a time."""
 
 _HOLE = -3
 """What ``recvFlags`` returns with ``VIR_STREAM_RECV_STOP_AT_HOLE`` when a hole comes next."""
@@ -140,27 +151,26 @@ def _definition(dom: Any, created: dict[str, Any]) -> str:
 
 
 def cold_move(
-    migrator: LibvirtMigrator,
     pool: ConnectionPool,
+    leftovers: Leftovers,
     move: Move,
     *,
+    limit: float,
     on_progress: Callable[[MigrationProgress], None],
     abort: threading.Event,
     uuid: str | None,
 ) -> MigrationResult:
-    """Move shut-off ``move.vm`` with its volumes; verified before the source is cleaned."""
+    """Move shut-off ``move.vm`` with its volumes within ``limit`` seconds; verified before the
+    source is cleaned."""
     began = time.monotonic()
-    src = pool.get(move.source)  # raises: nothing started yet
     try:
-        setup = prepare_copy(src, pool, move, uuid, shut_off=True)
+        setup = prepare_copy(pool, move, uuid, shut_off=True)
         _absent(setup.dst, setup.uuid, move)
     except NOT_STARTED as err:
-        return _result(move, began, False, f"not started: {err}")
-    dom, found, volumes, dst = setup.dom, setup.uuid, setup.volumes, setup.dst
-    leftovers = migrator.leftovers
+        return failed_before_start(move, began, f"not started: {err}")
+    src, dom, found, volumes, dst = setup.src, setup.dom, setup.uuid, setup.volumes, setup.dst
     created: dict[str, Any] = {}
     defined: Any = None
-    limit, _ = copy_time_limit(migrator.desired, move, 0)
     copy = _Copy(move, limit, abort, on_progress)
     copy.total = sum(v.allocation for v in volumes)
     leftovers.expect(move.target, volumes, found)
@@ -182,9 +192,9 @@ def cold_move(
         leftovers.forget(move.source, volumes, found)
         leftovers.expect(move.target, volumes, found)
         notes = _undo(leftovers, pool, move, defined, found)
-        return _result(move, began, False, "; ".join([f"cold move failed: {err}", *notes]))
+        return ended(move, began, error="; ".join([f"cold move failed: {err}", *notes]))
     notes = leftovers.remove(pool, move.source, found)
-    return _result(move, began, True, "; ".join(notes) or None, copy.sent)
+    return ended(move, began, succeeded=True, error="; ".join(notes) or None, data_bytes=copy.sent)
 
 
 def _absent(dst: Any, uuid: str, move: Move) -> None:
@@ -219,7 +229,7 @@ def _undo(
     return notes + leftovers.remove(pool, move.target, uuid)
 
 
-def discard_copy(migrator: LibvirtMigrator, pool: ConnectionPool, host: str, uuid: str) -> None:
+def discard_copy(pool: ConnectionPool, leftovers: Leftovers, host: str, uuid: str) -> None:
     """Remove the shut-off copy of domain ``uuid`` a stopped cold move left on ``host``: its
     definition, then the volumes noted for it; ReconcilerError when that cannot be done."""
     try:
@@ -229,19 +239,5 @@ def discard_copy(migrator: LibvirtMigrator, pool: ConnectionPool, host: str, uui
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_KEEP_NVRAM)
     except libvirt.libvirtError as err:
         raise ReconcilerError(f"the copy of {uuid} on {host} could not be removed: {err}") from err
-    for note in migrator.leftovers.remove(pool, host, uuid):
+    for note in leftovers.remove(pool, host, uuid):
         log.warning("%s", note)
-
-
-def _result(
-    move: Move, began: float, ok: bool, error: str | None, sent: int | None = None
-) -> MigrationResult:
-    return MigrationResult(
-        vm=move.vm,
-        source=move.source,
-        target=move.target,
-        succeeded=ok,
-        error=error,
-        seconds=round(time.monotonic() - began, 3),
-        data_bytes=sent,
-    )
