@@ -12,10 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from reconciler.engine.rollout_ports import CommandOutcome, Target
 from reconciler.errors import GitError
 from reconciler.model.rollout import Command
-from reconciler.model.rollout_progress import RolloutProgress, StepRecord
+from reconciler.model.rollout_progress import CommandOutcome, RolloutProgress, StepRecord, Target
 from reconciler.model.snapshot import VmRunState
 from tests.fakes import FakeCluster
 
@@ -78,8 +77,12 @@ class FakeRolloutCommands:
         if self.on_run is not None:
             self.on_run(host, step)
         if (host, step) in self.fail:
-            return CommandOutcome(False, "exit 1", "E: failed", f"/logs/{host}-{step}.log")
-        return CommandOutcome(True, "exit 0", "done", f"/logs/{host}-{step}.log")
+            return CommandOutcome(
+                ok=False, detail="exit 1", output="E: failed", log=f"/logs/{host}-{step}.log"
+            )
+        return CommandOutcome(
+            ok=True, detail="exit 0", output="done", log=f"/logs/{host}-{step}.log"
+        )
 
 
 @dataclass

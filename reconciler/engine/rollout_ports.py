@@ -7,33 +7,13 @@ Adapters implement these for real (files or the state repository, the process ru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
 from reconciler.model.rollout import Command
-from reconciler.model.rollout_progress import RolloutProgress, StepRecord
+from reconciler.model.rollout_progress import CommandOutcome, RolloutProgress, StepRecord, Target
 
-
-@dataclass(frozen=True)
-class CommandOutcome:
-    """What one command of a rollout did."""
-
-    ok: bool
-    detail: str
-    """``exit 0``, ``exit 100``, ``ran longer than 45m and was killed``, ``cannot run ...``."""
-    output: str = ""
-    """The end of its output, scrubbed of secrets, a few lines for the record."""
-    log: str | None = None
-    """Where its whole output (bounded) is kept."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """The host a per-host command runs for: its placeholders' values."""
-
-    host: str
-    uri: str
+__all__ = ["CommandOutcome", "HostControl", "RolloutCommands", "RolloutRecords", "Target"]
 
 
 class RolloutCommands(Protocol):

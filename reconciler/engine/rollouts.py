@@ -35,16 +35,16 @@ from reconciler.core.rollout import (
 from reconciler.core.rollout_steps import step_title
 from reconciler.core.rollout_vms import with_fresh_look
 from reconciler.engine.ports import Clock, Observer
-from reconciler.engine.rollout_ports import (
-    CommandOutcome,
-    HostControl,
-    RolloutCommands,
-    RolloutRecords,
-    Target,
-)
+from reconciler.engine.rollout_ports import HostControl, RolloutCommands, RolloutRecords
 from reconciler.errors import ReconcilerError
 from reconciler.model.desired import DesiredState
-from reconciler.model.rollout_progress import RolloutProgress, StepOutcome, StepRecord
+from reconciler.model.rollout_progress import (
+    CommandOutcome,
+    RolloutProgress,
+    StepOutcome,
+    StepRecord,
+    Target,
+)
 from reconciler.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ class _Carrier:
             again = self.decide()
             if not any(a == action for d in again for a in d.actions):
                 return False  # the fresh look holds it back (a VM runs there); next round
-            target = Target(action.host, self.uris.get(action.host, ""))
+            target = Target(host=action.host, uri=self.uris.get(action.host, ""))
         title = step_title(action.host, action.step)
         self.record(
             rollout,
@@ -268,7 +268,7 @@ class _Carrier:
             recorded = True
         why = self.ports.hosts.answers(action.host)
         if why is None:
-            target = Target(action.host, self.uris.get(action.host, ""))
+            target = Target(host=action.host, uri=self.uris.get(action.host, ""))
             for check in action.checks:
                 done = self.ports.commands.run(rollout, f"ready/{check.name}", check, target=target)
                 if not done.ok:

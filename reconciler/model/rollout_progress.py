@@ -63,6 +63,24 @@ class StepRecord(Frozen):
     )
 
 
+class CommandOutcome(Frozen):
+    """What one command of a rollout did."""
+
+    ok: bool
+    detail: str = Field(
+        description="exit 0, exit 100, ran longer than 45m and was killed, cannot run ..."
+    )
+    output: str = Field(default="", description="The end of its output, scrubbed of secrets.")
+    log: str | None = Field(default=None, description="Where its whole output (bounded) is.")
+
+
+class Target(Frozen):
+    """The host a per-host command runs for: the values of {host} and {uri}."""
+
+    host: str
+    uri: str
+
+
 class RolloutProgress(Frozen):
     """The records of one rollout, oldest first."""
 

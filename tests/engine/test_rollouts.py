@@ -13,7 +13,7 @@ from typing import Any
 from reconciler.core.rollout import Phase
 from reconciler.core.rollout_vms import with_hosts_out
 from reconciler.engine.rollouts import RolloutPorts, RolloutRound, carry_out
-from reconciler.engine.round import RoundPorts, run_round
+from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.model.base import API_VERSION
 from reconciler.model.desired import DesiredState
 from reconciler.model.rollout import Rollout
@@ -82,7 +82,7 @@ class World:
             status=self.store,
             clock=self.fake.clock,
         )
-        run_round(with_hosts_out(self.desired, done.out), round_ports, act=True)
+        run_round(with_hosts_out(self.desired, done.out), round_ports, RoundOptions(act=True))
         for h in self.fake.hosts.values():  # a rebooted host is back a round later
             h.reachable = True
         self.fake.clock.advance(timedelta(seconds=30))
