@@ -14,6 +14,7 @@ from reconciler.config.selectors import hosts_matching, is_glob, literal_members
 from reconciler.config.semantic import Sources, _finding, _unknown_host_hint
 from reconciler.config.yaml_source import Document
 from reconciler.core.rollout_hosts import rollout_hosts
+from reconciler.core.rollout_steps import host_steps
 from reconciler.model.desired import DesiredState
 from reconciler.model.rollout import Command, ImmovableAction, Rollout
 from reconciler.model.rules import PinRule, Selector
@@ -238,6 +239,37 @@ def _pin_warnings(desired: DesiredState, doc: Document, rollout: Rollout) -> lis
     return out
 
 
+def _resume_findings(desired: DesiredState, doc: Document, rollout: Rollout) -> list[Finding]:
+    """Entries of spec.resume that name a host or a step the rollout does not have."""
+    spec = rollout.spec
+    hosts = rollout_hosts(rollout, desired.cluster)
+    once = [f"before/{s.name}" for s in spec.before] + [f"after/{s.name}" for s in spec.after]
+    out = []
+    for i, entry in enumerate(spec.resume):
+        if entry.host is not None and entry.host not in hosts:
+            out.append(
+                _at(
+                    doc,
+                    ("spec", "resume", i, "host"),
+                    f"{entry.host!r} is not a host of this rollout",
+                    f"its hosts: {', '.join(hosts)}; leave host out for a step before or after",
+                )
+            )
+            continue
+        steps = host_steps(rollout) if entry.host is not None else once
+        if entry.step not in steps:
+            out.append(
+                _at(
+                    doc,
+                    ("spec", "resume", i, "step"),
+                    f"{entry.step!r} is not a step "
+                    + ("of its hosts" if entry.host is not None else "before or after its hosts"),
+                    f"use one of: {', '.join(steps) or 'none'} (as rollout status names them)",
+                )
+            )
+    return out
+
+
 def _idle_warning(doc: Document, rollout: Rollout) -> list[Finding]:
     each = rollout.spec.each_host
     if each.commands or each.reboot is not None:
@@ -263,6 +295,7 @@ def rollout_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             out += _command_findings(doc, path, command, per_host)
         out += _duplicate_names(doc, rollout)
         out += _pin_warnings(desired, doc, rollout)
+        out += _resume_findings(desired, doc, rollout)
         out += _idle_warning(doc, rollout)
     return out
 

@@ -54,6 +54,10 @@ from reconciler.model.rollout_progress import (
 from reconciler.model.snapshot import Snapshot
 
 
+DRAIN_LOOK = timedelta(seconds=30)
+"""How soon a host being drained is looked at again: its VMs leave in the rounds between."""
+
+
 class Phase(StrEnum):
     NOT_STARTED = "NotStarted"
     """Nothing begun yet (waiting for a window, for another rollout, ...)."""
@@ -147,7 +151,8 @@ class Decision:
     out: tuple[str, ...] = ()
     """Hosts the rollout holds out now: the planner drains them, none takes VMs."""
     keep_out: tuple[str, ...] = ()
-    """Hosts no balance move may fill: those out and those it takes next."""
+    """Hosts no balance move may fill while it is in progress: those out and those it takes
+    next (empty before it begins and once it is done)."""
     blocked: tuple[Blocker, ...] = ()
     stopped_at: tuple[str | None, str] | None = None
     """(host, step) of the failed step, when stopped."""
@@ -168,19 +173,28 @@ class _Work:
     blocked: list[Blocker] = field(default_factory=list)
 
 
-def _failed(st: Standing) -> tuple[str | None, str, str] | None:
-    """(host, step, detail) of the failed step that stops the rollout, if any."""
+def _failed(st: Standing) -> tuple[str | None, str, StepRecord] | None:
+    """(host, step, failed record) of the failed step that stops the rollout, if any."""
     for s in st.before:
         if s.failed and s.last is not None:
-            return None, s.step, s.last.detail
+            return None, s.step, s.last
     for h in st.hosts:
         cur = h.current
         if cur is not None and cur.failed and cur.last is not None:
-            return h.host, cur.step, cur.last.detail
+            return h.host, cur.step, cur.last
     for s in st.after:
         if s.failed and s.last is not None:
-            return None, s.step, s.last.detail
+            return None, s.step, s.last
     return None
+
+
+def resume_hint(host: str | None, step: str, failed: StepRecord) -> str:
+    """The entry a person adds to ``spec.resume`` to go on after this failure."""
+    where = f"host: {host}, " if host is not None else ""
+    return (
+        f'to go on, add to spec.resume: {{{where}step: {step}, failedAt: "'
+        f'{failed.at.isoformat()}", then: retry}} (or then: skip when it was done by hand)'
+    )
 
 
 def _window_open(rollout: Rollout, now: datetime) -> bool:
@@ -276,7 +290,7 @@ def _drain_action(
         work.notes.append(f"{h.host} is being drained: {', '.join(left)} to leave")
     if not shutting:
         work.blocked.extend(vms.stuck)
-    work.wakes.append(ends)
+    work.wakes.append(min(ends, now + DRAIN_LOOK))
 
 
 def _host_empty(
@@ -427,6 +441,14 @@ def _next_window(rollout: Rollout, now: datetime) -> datetime | None:
     return next_window_opening(spec, now)
 
 
+def _holding(st: Standing, phase: Phase, work: _Work) -> bool:
+    """In progress: begun (or beginning now) and not done. A rollout not begun keeps nothing
+    out of balance, however long it waits (paused, for a window)."""
+    if phase is Phase.DONE:
+        return False
+    return st.begun or bool(work.actions)
+
+
 def _keep_out(st: Standing, out: Sequence[str], limit: int) -> tuple[str, ...]:
     pending = [h.host for h in st.hosts if not h.begun]
     return tuple(dict.fromkeys([*out, *pending[:limit]]))
@@ -480,7 +502,11 @@ def next_actions(
     phase = _phase(st, failed, spec.paused, work)
     notes = list(work.notes)
     if failed is not None:
-        notes.insert(0, f"stopped at {step_title(failed[0], failed[1])}: {failed[2]}")
+        host, step, record = failed
+        notes[:0] = [
+            f"stopped at {step_title(host, step)}: {record.detail}",
+            resume_hint(host, step, record),
+        ]
     elif spec.paused and phase is not Phase.DONE:
         notes.insert(0, "paused (spec.paused: true): nothing new begins")
     return Decision(
@@ -489,9 +515,9 @@ def next_actions(
         actions=tuple(work.actions),
         notes=tuple(notes),
         out=recorded_out,
-        keep_out=()
-        if phase is Phase.DONE
-        else _keep_out(st, [h for h in hosts if h in out], spec.max_unavailable),
+        keep_out=_keep_out(st, [h for h in hosts if h in out], spec.max_unavailable)
+        if _holding(st, phase, work)
+        else (),
         blocked=tuple(work.blocked),
         stopped_at=(failed[0], failed[1]) if failed is not None else None,
         wake_at=min(work.wakes, default=None),
@@ -570,4 +596,5 @@ __all__ = [
     "StartVms",
     "next_actions",
     "next_actions_all",
+    "resume_hint",
 ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.model.rollout import Command, ImmovableAction, Rollout, Step
+from reconciler.model.rollout import Command, ImmovableAction, Rollout, Step, Then
 from reconciler.model.rollout_progress import (
     AFTER_PREFIX,
     BEFORE_PREFIX,
@@ -167,8 +167,40 @@ def _step_state(step: str, records: Sequence[StepRecord]) -> StepState:
     return StepState(step=step, last=last, began=began, vms=vms)
 
 
+def resumed(rollout: Rollout, records: Sequence[StepRecord]) -> list[StepRecord]:
+    """``records`` as ``spec.resume`` has them read: a failure a person said to retry is
+    forgotten with what came before it of that step (the step begins again); one they said to
+    skip reads as succeeded. Each entry matches one failure, by its time."""
+    out = list(records)
+    for entry in rollout.spec.resume:
+        for i, r in enumerate(out):
+            if (
+                r.outcome is StepOutcome.FAILED
+                and r.host == entry.host
+                and r.step == entry.step
+                and r.at == entry.failed_at
+            ):
+                if entry.then is Then.SKIP:
+                    out[i] = r.model_copy(
+                        update={
+                            "outcome": StepOutcome.SUCCEEDED,
+                            "detail": f"skipped by a person (spec.resume) after: {r.detail}",
+                        }
+                    )
+                else:
+                    out = [
+                        x
+                        for j, x in enumerate(out)
+                        if j > i or (x.host, x.step) != (r.host, r.step)
+                    ]
+                break
+    return out
+
+
 def standing(rollout: Rollout, hosts: Sequence[str], records: Sequence[StepRecord]) -> Standing:
-    """Where ``rollout`` over ``hosts`` (in order) stands after ``records`` (oldest first)."""
+    """Where ``rollout`` over ``hosts`` (in order) stands after ``records`` (oldest first), as
+    ``spec.resume`` has them read."""
+    records = resumed(rollout, records)
     by_key: dict[tuple[str | None, str], list[StepRecord]] = {}
     for r in records:
         by_key.setdefault((r.host, r.step), []).append(r)
@@ -211,6 +243,7 @@ __all__ = [
     "StepState",
     "command_of",
     "host_steps",
+    "resumed",
     "safe_to_repeat",
     "standing",
     "step_title",

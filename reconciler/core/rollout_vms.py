@@ -113,6 +113,20 @@ def with_hosts_out(desired: DesiredState, hosts: Collection[str]) -> DesiredStat
     return desired.model_copy(update={"cluster": cluster})
 
 
+def during_rollouts(
+    desired: DesiredState, out: Collection[str], keep_out: Collection[str]
+) -> DesiredState:
+    """The desired state a round plans with while rollouts run: the hosts ``out`` drained, and
+    no balance move at all while a rollout holds a host out or is about to take one
+    (``keep_out``), so none fills a host a rollout takes next; mandatory moves (the drain,
+    required rules, drift) go on."""
+    held = with_hosts_out(desired, out)
+    if not keep_out:
+        return held
+    spec = held.policy.spec.model_copy(update={"threshold": 100})
+    return held.model_copy(update={"policy": held.policy.model_copy(update={"spec": spec})})
+
+
 def with_fresh_look(snapshot: Snapshot, fresh: Snapshot) -> Snapshot:
     """``snapshot`` with the hosts ``fresh`` looked at again replaced by what it saw."""
     looked = {h.name for h in fresh.hosts}
@@ -157,6 +171,7 @@ __all__ = [
     "Blocker",
     "Evacuation",
     "HostVms",
+    "during_rollouts",
     "evacuation",
     "host_vms",
     "runs",

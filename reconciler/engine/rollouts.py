@@ -46,6 +46,7 @@ from reconciler.model.rollout_progress import (
     Target,
 )
 from reconciler.model.snapshot import Snapshot
+from reconciler.model.status import RolloutState
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,24 @@ class RolloutRound:
     @property
     def stopped(self) -> list[Decision]:
         return [d for d in self.decisions if d.phase is Phase.STOPPED]
+
+    def states(self) -> list[RolloutState]:
+        """Each rollout as the round leaves it, for the round's status."""
+        out = []
+        for d in self.decisions:
+            host, step = d.stopped_at if d.stopped_at is not None else (None, None)
+            out.append(
+                RolloutState(
+                    rollout=d.rollout,
+                    phase=d.phase.value,
+                    out=list(d.out),
+                    stopped_host=host,
+                    stopped_step=step,
+                    message=d.notes[0] if d.notes else "",
+                    next_look=d.wake_at,
+                )
+            )
+        return out
 
 
 class _Carrier:
@@ -295,6 +314,17 @@ class _Carrier:
         return recorded
 
 
+def look(
+    desired: DesiredState, snapshot: Snapshot, records: RolloutRecords, now: datetime
+) -> RolloutRound:
+    """What the rollouts would do, without doing anything: for a round that does not act.
+    ReconcilerError when their records cannot be read."""
+    progress = {r.metadata.name: records.load(r.metadata.name).records for r in desired.rollouts}
+    return RolloutRound(
+        decisions=next_actions_all(desired, snapshot, progress, now=now), snapshot=snapshot
+    )
+
+
 def carry_out(
     desired: DesiredState,
     snapshot: Snapshot,
@@ -324,4 +354,4 @@ def carry_out(
     return carrier.out
 
 
-__all__ = ["RolloutPorts", "RolloutRound", "carry_out"]
+__all__ = ["RolloutPorts", "RolloutRound", "carry_out", "look"]

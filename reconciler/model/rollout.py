@@ -14,7 +14,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import AwareDatetime, BeforeValidator, Field, WithJsonSchema
 
 from reconciler.model.base import NAME_PATTERN, ApiVersion, Frozen, Metadata
 from reconciler.model.policy import Window
@@ -88,6 +88,30 @@ class ImmovableAction(StrEnum):
     SHUTDOWN = "shutdown"
     """The VM is shut down gracefully before the host's commands, started again after it is
     ready, on the same host."""
+
+
+class Then(StrEnum):
+    """How a rollout goes on after a person looked at the step it stopped at."""
+
+    RETRY = "retry"
+    """Run the step again."""
+    SKIP = "skip"
+    """Take the step as done (a person did it by hand) and go on with the next."""
+
+
+class Resume(Frozen):
+    """A person's word on one failed step: the rollout goes on from it."""
+
+    host: str | None = Field(
+        default=None, description="The host of the step; none for a step before or after."
+    )
+    step: str = Field(description="The step, as status names it: command/upgrade, ready, ...")
+    failed_at: AwareDatetime = Field(
+        alias="failedAt",
+        description="The time of the failure, as status shows it: only that failure is "
+        "resumed, a later one of the same step stops the rollout again.",
+    )
+    then: Then = Field(description="retry: run the step again; skip: take it as done.")
 
 
 def _names_list(value: object) -> object:
@@ -267,6 +291,11 @@ class RolloutSpec(Frozen):
     each_host: EachHost = Field(default_factory=EachHost, alias="eachHost")
     after: list[Step] = Field(
         default_factory=list, description="Run once, in order, after the last host."
+    )
+    resume: list[Resume] = Field(
+        default_factory=list,
+        description="After a stop: the failed steps a person looked at, each retried or "
+        "skipped.",
     )
 
 

@@ -233,3 +233,32 @@ def test_a_symlinked_rollouts_folder_is_refused(tmp_path: Path) -> None:
         "lab/rollouts/: error: the rollouts folder is a symlink (keep the rollouts in a real "
         "folder inside the cluster folder)"
     ]
+
+
+def test_resume_names_a_host_and_a_step_of_the_rollout(tmp_path: Path) -> None:
+    text = rollout_yaml(
+        "hosts: [kvm-01, kvm-02]",
+        f"eachHost: {{commands: [{STEP}]}}",
+        "resume:",
+        '  - {host: kvm-02, step: command/up, failedAt: "2026-12-01T22:20:00+00:00", then: retry}',
+        '  - {host: kvm-03, step: ready, failedAt: "2026-12-01T22:20:00+00:00", then: skip}',
+        '  - {host: kvm-01, step: command/x, failedAt: "2026-12-01T22:20:00+00:00", then: skip}',
+        '  - {step: before/noout, failedAt: "2026-12-01T22:20:00+00:00", then: retry}',
+        '  - {step: ready, failedAt: "2026-12-01T22:20:00Z", then: again}',
+    )
+    found = with_rollout(tmp_path, text)
+    assert found == [
+        "lab/rollouts/kernel.yaml:12:61: error: spec.resume[4].then: the string 'again' is not "
+        "allowed (use one of 'retry' or 'skip')",
+    ]
+    found = with_rollout(tmp_path, text.replace("then: again", "then: retry"), name="b")
+    assert [f.split(": error: ")[1] for f in found] == [
+        "spec.resume[1].host: 'kvm-03' is not a host of this rollout (its hosts: kvm-01, kvm-02; "
+        "leave host out for a step before or after)",
+        "spec.resume[2].step: 'command/x' is not a step of its hosts (use one of: drain, "
+        "command/up, ready, undrain (as rollout status names them))",
+        "spec.resume[3].step: 'before/noout' is not a step before or after its hosts (use one "
+        "of: none (as rollout status names them))",
+        "spec.resume[4].step: 'ready' is not a step before or after its hosts (use one of: none "
+        "(as rollout status names them))",
+    ]

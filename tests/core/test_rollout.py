@@ -131,7 +131,7 @@ def test_the_drain_ends_when_nothing_that_must_leave_is_left() -> None:
     assert busy.actions == ()
     assert busy.out == ("kvm-01",)
     assert busy.notes == ("kvm-01 is being drained: a to leave",)
-    assert busy.wake_at == NOW + timedelta(hours=1)
+    assert busy.wake_at == NOW + timedelta(seconds=30)
     empty = next_actions(r, cluster(), snap(vm("a", "kvm-02")), began, now=NOW)
     assert [type(a) for a in empty.actions] == [Record]
     assert empty.actions[0] == Record(
@@ -384,3 +384,38 @@ def test_a_whole_rollout_in_the_world() -> None:
     assert all(r.running_on_host == () for r in world.ran)
     assert world.max_out_seen == 1
     assert sorted(v.name for v in world.vms) == [f"v{i}" for i in range(6)]
+
+
+def test_a_person_resumes_a_stopped_rollout_by_retrying_or_skipping_the_step() -> None:
+    failed_at = NOW + timedelta(minutes=30)
+    records = [
+        rec("kvm-01", step, outcome)
+        for step in ("drain", "command/upgrade")
+        for outcome in ("started", "succeeded")
+    ] + [
+        rec("kvm-01", "ready", "started", 1),
+        rec("kvm-01", "ready", "failed", 30, detail="kvm-01 was not ready within 30m"),
+    ]
+    stopped = next_actions(rollout(spec()), cluster(), snap(), records, now=failed_at)
+    assert stopped.phase is Phase.STOPPED
+    assert stopped.notes[1] == (
+        'to go on, add to spec.resume: {host: kvm-01, step: ready, failedAt: "'
+        '2025-03-01T12:30:00+00:00", then: retry} (or then: skip when it was done by hand)'
+    )
+    entry = {"host": "kvm-01", "step": "ready", "failedAt": failed_at.isoformat()}
+    retry = rollout(spec(resume=[{**entry, "then": "retry"}]))
+    again = next_actions(retry, cluster(), snap(), records, now=failed_at)
+    assert again.phase is Phase.IN_PROGRESS
+    assert again.actions == (CheckReady("kvm-01", (), begin=True),)
+    skip = rollout(spec(resume=[{**entry, "then": "skip"}]))
+    on = next_actions(skip, cluster(), snap(), records, now=failed_at)
+    assert on.actions == (
+        Record("kvm-01", "undrain", StepOutcome.SUCCEEDED, "kvm-01 is ready and back in service"),
+    )
+    # a later failure of the same step is not covered by the entry: it stops again
+    later = [
+        *records,
+        rec("kvm-01", "ready", "started", 40),
+        rec("kvm-01", "ready", "failed", 70, detail="again"),
+    ]
+    assert next_actions(retry, cluster(), snap(), later, now=failed_at).phase is Phase.STOPPED

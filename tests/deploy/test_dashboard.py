@@ -147,7 +147,7 @@ def test_the_cluster_variable_lists_the_cluster(scraped: Live) -> None:
 def test_the_alert_rules_load_and_evaluate_on_the_server(scraped: Live) -> None:
     data = scraped.api.get("/api/v1/rules")
     rules = [r for group in data["groups"] for r in group["rules"]]
-    assert len(rules) == 9
+    assert len(rules) == 10
     deadline = time.monotonic() + 10
     while any(r.get("lastEvaluation", "").startswith("0001") for r in rules):
         assert time.monotonic() < deadline, "rules never evaluated"

@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 from reconciler.core.rollout import Phase
-from reconciler.core.rollout_vms import with_hosts_out
 from reconciler.engine.rollouts import RolloutPorts, RolloutRound, carry_out
 from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.model.base import API_VERSION
@@ -72,17 +71,24 @@ class World:
         )
 
     def round(self, **kw: Any) -> RolloutRound:
-        done = carry_out(self.desired, self.fake.observe(), self.ports(), instance="run@a", **kw)
-        self.max_out = max(self.max_out, len(done.out))
-        # the round's plan drains the hosts held out
+        """One round of run on the active instance: it carries the rollouts on and drains the
+        hosts they hold out."""
         round_ports = RoundPorts(
             observer=self.fake,
             migrator=self.fake,
             recorder=self.fake,
             status=self.store,
             clock=self.fake.clock,
+            hold=kw.get("hold"),
+            rollouts=self.ports(),
         )
-        run_round(with_hosts_out(self.desired, done.out), round_ports, RoundOptions(act=True))
+        report = run_round(
+            self.desired, round_ports, RoundOptions(act=True, holds=True, instance="run@a")
+        )
+        assert report.rollouts is not None
+        done = report.rollouts
+        self.max_out = max(self.max_out, len(done.out))
+        self.last_status = report.status
         for h in self.fake.hosts.values():  # a rebooted host is back a round later
             h.reachable = True
         self.fake.clock.advance(timedelta(seconds=30))
@@ -137,11 +143,27 @@ def test_a_host_that_is_not_ready_stops_the_rollout_there() -> None:
     assert not [r for r in world.records.load("r").records if r.host == "h2"]
 
 
+class _Lost:
+    def valid(self) -> bool:
+        return False
+
+    def holder(self) -> str | None:
+        return "run@b"
+
+
 def test_no_step_begins_without_the_hold() -> None:
     world = World(rollout())
-    done = world.round(may_act=lambda: "the hold on the cluster is no longer confirmed")
+    done = world.round(hold=_Lost())
     assert world.records.load("r").records == []
     assert done.out == ()
+    direct = carry_out(
+        world.desired,
+        world.fake.observe(),
+        world.ports(),
+        instance="run@a",
+        may_act=lambda: "the hold on the cluster is no longer confirmed",
+    )
+    assert direct.recorded == []
 
 
 def test_a_command_does_not_run_when_its_start_cannot_be_recorded() -> None:
@@ -162,14 +184,13 @@ def test_a_vm_started_on_a_drained_host_holds_its_command_back() -> None:
     def start_vm_there(record: StepRecord) -> None:
         # a person starts a VM on h0 between the round's look and the command
         if (record.host, record.step, record.outcome) == ("h0", "drain", StepOutcome.SUCCEEDED):
-            world.fake.vms["vm0"].host = "h0"
-            world.fake.vms["vm0"].state = VmRunState.RUNNING
+            world.fake.vms["late"] = FakeVm("late", "h0")
 
     world.records.on_append = start_vm_there
     done = world.round()
-    assert world.commands.ran == []  # the fresh look saw vm0
-    assert done.out == ("h0",)  # still held out: the round drains vm0 again
-    assert world.fake.vms["vm0"].host != "h0"
+    assert world.commands.ran == []  # the fresh look saw the new VM
+    assert done.out == ("h0",)  # still held out: the round drains it
+    assert world.fake.vms["late"].host != "h0"
     world.records.on_append = None
     world.round()
     assert [(r.host, r.step, r.running_on_host) for r in world.commands.ran][:1] == [
@@ -187,3 +208,35 @@ def test_a_pinned_vm_is_shut_down_for_its_hosts_turn_and_started_after() -> None
     assert world.fake.vms["vm1"].host == "h1"
     assert world.fake.vms["vm1"].state is VmRunState.RUNNING
     assert all(r.running_on_host == () for r in world.commands.ran)
+
+
+def test_no_balance_move_while_a_rollout_is_in_progress() -> None:
+    # every VM on h0, busy: balance would spread them over h1 and h2, the hosts taken next
+    world = World(rollout(hosts=["h1", "h2"]), vms=0)
+    world.fake.vms.update({f"hot{i}": FakeVm(f"hot{i}", "h0", cpu_used=2.0) for i in range(6)})
+    world.desired = world.desired.model_copy(
+        update={"policy": desired([host(h) for h in HOSTS], holdRounds=1, threshold=10).policy}
+    )
+    rounds = 0
+    while True:
+        done = world.round()
+        rounds += 1
+        if done.decisions[0].phase is Phase.DONE or rounds > 30:
+            break
+        assert done.keep_out
+        assert all(v.host == "h0" for v in world.fake.vms.values())
+    assert rounds > 2
+    assert done.decisions[0].phase is Phase.DONE
+    world.round()  # done: balance goes on
+    assert any(v.host != "h0" for v in world.fake.vms.values())
+
+
+def test_the_rounds_status_names_where_a_rollout_stopped() -> None:
+    world = World(rollout())
+    world.commands.fail.add(("h0", "command/upgrade"))
+    world.until_settled()
+    states = world.last_status.rollouts
+    assert [(s.rollout, s.phase, s.out, s.stopped_host, s.stopped_step) for s in states] == [
+        ("r", "Stopped", ["h0"], "h0", "command/upgrade")
+    ]
+    assert states[0].message == "stopped at h0 command/upgrade: exit 1"
