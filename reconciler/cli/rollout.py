@@ -12,8 +12,10 @@ import argparse
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
+from reconciler.cli import requests
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -24,14 +26,18 @@ from reconciler.cli.common import (
     add_snapshot_argument,
     add_state_dir_argument,
     history_for,
-    load_desired,
     snapshot_for,
     usage_errors_exit_1,
 )
+from reconciler.cli.desired import open_source
+from reconciler.cli.requests import ObserveOverrides, SourceRequest
 from reconciler.errors import ConfigError, ReconcilerError
 from reconciler.model.desired import DesiredState
 from reconciler.model.rollout import Rollout
-from reconciler.model.rollout_progress import RolloutProgress
+from reconciler.model.snapshot import Snapshot
+
+if TYPE_CHECKING:  # the engine is imported when the command runs, not when it is parsed
+    from reconciler.engine.sources import FolderSource, RepoSource
 
 EXIT_LOOK: Final = 3
 """A person must look: a host is blocked (plan, status) or the rollout stopped (status)."""
@@ -55,7 +61,12 @@ class RolloutRequest:
 
     action: str
     name: str
-    format: str
+    source: SourceRequest
+    observe: ObserveOverrides
+    state_dir: Path | None = None
+    snapshot: Path | None = None
+    now: datetime | None = None
+    format: str = "text"
 
 
 def register(sub: Subparsers) -> None:
@@ -94,6 +105,19 @@ def register(sub: Subparsers) -> None:
         a.set_defaults(handler=run)
 
 
+def request(args: argparse.Namespace) -> RolloutRequest:
+    return RolloutRequest(
+        action=args.rollout_action,
+        name=args.name,
+        source=requests.source_of(args),
+        observe=requests.observe_of(args),
+        state_dir=args.state_dir,
+        snapshot=args.snapshot,
+        now=args.now,
+        format=args.format,
+    )
+
+
 def _rollout(desired: DesiredState, name: str) -> Rollout:
     for rollout in desired.rollouts:
         if rollout.metadata.name == name:
@@ -106,43 +130,45 @@ def _rollout(desired: DesiredState, name: str) -> Rollout:
     )
 
 
-def _progress(args: argparse.Namespace, desired: DesiredState, name: str) -> RolloutProgress:
-    from reconciler.adapters.files.rollout_progress import FileRolloutProgress, progress_from_text
-    from reconciler.engine.rollout_audit import progress_path
+def records_of(source: FolderSource | RepoSource, cluster: str, state_dir: Path | None) -> Any:
+    """Where the rollouts' records are: the state repository's branch that records (the audit
+    branch if any), else the state directory."""
+    from reconciler.engine.sources import RepoSource
 
-    cluster = desired.cluster.metadata.name
-    checkout = getattr(args, "state_checkout", None)
-    if checkout is not None:
-        path = progress_path(checkout.path, name)
-        text = checkout.repo.show(checkout.commit, path)
-        if text is None:
-            return RolloutProgress(cluster=cluster, rollout=name)
-        return progress_from_text(text, f"{path} at {checkout.commit[:12]}")
-    return FileRolloutProgress(cluster, args.state_dir).load(name)
+    if isinstance(source, RepoSource):
+        from reconciler.engine.rollout_audit import RepoRolloutRecords
+
+        return RepoRolloutRecords(
+            source.repo,
+            branch=source.audit_branch,
+            folder=source.folder,
+            cluster=cluster,
+            actor=source.actor,
+        )
+    from reconciler.adapters.files.rollout_progress import FileRolloutProgress
+
+    return FileRolloutProgress(cluster, state_dir)
 
 
 def run(args: argparse.Namespace) -> int:
-    request = RolloutRequest(action=args.rollout_action, name=args.name, format=args.format)
-    desired = load_desired(args)
-    rollout = _rollout(desired, request.name)
-    now: datetime = args.now or datetime.now(UTC)
-    if request.action == "plan":
-        return _plan(args, request, desired, rollout, now)
-    return _status(args, request, desired, rollout, now)
+    asked = request(args)
+    source = open_source(asked.source)
+    desired = source.load().desired
+    rollout = _rollout(desired, asked.name)
+    now: datetime = asked.now or datetime.now(UTC)
+    if asked.action == "plan":
+        return _plan(asked, desired, rollout, now)
+    return _status(asked, source, desired, rollout, now)
 
 
-def _plan(
-    args: argparse.Namespace,
-    request: RolloutRequest,
-    desired: DesiredState,
-    rollout: Rollout,
-    now: datetime,
-) -> int:
+def _plan(request: RolloutRequest, desired: DesiredState, rollout: Rollout, now: datetime) -> int:
     from reconciler.core.rollout_report import rollout_plan
     from reconciler.report.rollout_text import plan_text
 
-    snapshot = snapshot_for(args, desired)
-    history, _ = history_for(args, desired.cluster.metadata.name)
+    snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
+    history, _ = history_for(
+        desired.cluster.metadata.name, history=None, state_dir=request.state_dir
+    )
     plan = rollout_plan(rollout, desired, snapshot, history, now=now)
     if request.format == "json":
         print(plan.model_dump_json(by_alias=True, indent=2))
@@ -152,8 +178,8 @@ def _plan(
 
 
 def _status(
-    args: argparse.Namespace,
     request: RolloutRequest,
+    source: FolderSource | RepoSource,
     desired: DesiredState,
     rollout: Rollout,
     now: datetime,
@@ -162,13 +188,13 @@ def _status(
     from reconciler.core.rollout_report import rollout_status
     from reconciler.report.rollout_text import status_text
 
-    records = {
-        r.metadata.name: _progress(args, desired, r.metadata.name).records for r in desired.rollouts
-    }
+    store = records_of(source, desired.cluster.metadata.name, request.state_dir)
+    records = {r.metadata.name: store.load(r.metadata.name).records for r in desired.rollouts}
+    snapshot: Snapshot | None
     try:
-        snapshot = snapshot_for(args, desired)
+        snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
     except ReconcilerError as err:
-        if args.snapshot is not None:
+        if request.snapshot is not None:
             raise
         print(f"note: the hosts could not be looked at: {err}", file=sys.stderr)
         snapshot = None
@@ -186,4 +212,4 @@ def _status(
     return EXIT_LOOK if status.phase in ("Blocked", "Stopped") else EXIT_OK
 
 
-__all__ = ["register", "run"]
+__all__ = ["RolloutRequest", "register", "request", "run"]
