@@ -53,7 +53,7 @@ from reconciler.model.rollout_progress import (
 )
 from reconciler.model.snapshot import Snapshot
 
-DRAIN_LOOK = timedelta(seconds=30)
+DRAIN_LOOK = timedelta(seconds=10)
 """How soon a host being drained is looked at again: its VMs leave in the rounds between."""
 
 
