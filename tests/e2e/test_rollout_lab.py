@@ -47,11 +47,18 @@ def policy() -> str:
     )
 
 
-def rollout(marks: Path, lab: Lab, *, checks: str = "[]", ready_timeout: str = "1m") -> str:
+def rollout(
+    marks: Path,
+    lab: Lab,
+    *,
+    checks: str = "[]",
+    ready_timeout: str = "1m",
+    hosts: tuple[str, ...] = HOSTS,
+) -> str:
     argv = [sys.executable, str(COMMAND), str(marks), str(lab.dir), "{host}"]
     return (
         "apiVersion: placement/v1alpha1\nkind: Rollout\nmetadata: {name: patch}\nspec:\n"
-        f"  hosts: [{', '.join(HOSTS)}]\n"
+        f"  hosts: [{', '.join(hosts)}]\n"
         "  eachHost:\n"
         "    commands:\n"
         "      - name: reboot-daemon\n"
@@ -63,16 +70,16 @@ def rollout(marks: Path, lab: Lab, *, checks: str = "[]", ready_timeout: str = "
     )
 
 
-def folder_of(lab: Lab, tmp_path: Path, marks: Path, *, pinned: str | None, **kw: str) -> Path:
+def folder_of(lab: Lab, tmp_path: Path, marks: Path, *, pinned: str | None, **kw: Any) -> Path:
     """The lab's cluster folder with the rollout, mode apply, no balance, no placement, and
-    ``pinned`` (a VM on kvm-03) pinned there."""
+    ``pinned`` (a VM on kvm-01) pinned there."""
     folder = tmp_path / "cluster-state"
     shutil.copytree(lab.cluster_dir, folder)
     (folder / "policy.yaml").write_text(policy())
     (folder / "placement.yaml").write_text(
         "apiVersion: placement/v1alpha1\nkind: Placement\nmetadata: {name: lab}\nspec: {vms: {}}\n"
     )
-    rules = f"[{{name: keep, type: pin, vms: {{names: [{pinned}]}}, hosts: {{names: [kvm-03]}}}}]"
+    rules = f"[{{name: keep, type: pin, vms: {{names: [{pinned}]}}, hosts: {{names: [kvm-01]}}}}]"
     (folder / "rules.yaml").write_text(
         "apiVersion: placement/v1alpha1\nkind: PlacementRules\nmetadata: {name: lab}\n"
         f"spec: {{rules: {rules if pinned is not None else '[]'}}}\n"
@@ -282,10 +289,14 @@ def test_a_pinned_vm_named_before_anything_starts_a_failing_check_stops_at_the_s
 ) -> None:
     marks = tmp_path / "marks"
     check = "[{name: not-kvm-02, argv: [sh, -c, 'test \"$0\" != kvm-02', '{host}'], timeout: 5s}]"
-    on_03 = sorted(vm for vm, host in assert_settled(own_lab).items() if host == "kvm-03")
-    assert on_03, "the lab puts VMs on every host"
-    pinned = on_03[0]
-    folder = folder_of(own_lab, tmp_path, marks, pinned=pinned, checks=check, ready_timeout="8s")
+    on_01 = sorted(vm for vm, host in assert_settled(own_lab).items() if host == "kvm-01")
+    assert on_01, "the lab puts VMs on kvm-01"
+    pinned = on_01[0]
+    # kvm-03 first, the failing check on kvm-02 second, kvm-01 (its VM pinned) third
+    order = ("kvm-03", "kvm-02", "kvm-01")
+    folder = folder_of(
+        own_lab, tmp_path, marks, pinned=pinned, checks=check, ready_timeout="8s", hosts=order
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     state = tmp_path / "state"
 
@@ -301,12 +312,12 @@ def test_a_pinned_vm_named_before_anything_starts_a_failing_check_stops_at_the_s
     plan = reconciler("rollout", "plan", "patch")
     assert plan.returncode == 3, plan.stdout + plan.stderr
     assert (
-        f"   blocked: {pinned} is pinned to kvm-03 by rule keep (immovable.action: block)"
+        f"   blocked: {pinned} is pinned to kvm-01 by rule keep (immovable.action: block)"
         in plan.stdout.splitlines()
     )
-    assert "blocked at kvm-03" in plan.stdout
+    assert "blocked at kvm-01" in plan.stdout
     assert not marks.exists(), "a plan starts nothing"
-    daemon_03 = (Path(own_lab.host("kvm-03").path) / "libvirtd.pid").read_text()
+    daemon_01 = (Path(own_lab.host("kvm-01").path) / "libvirtd.pid").read_text()
 
     log, port = tmp_path / "run.log", free_port()
     procs.append(run(folder, str(folder), "--state-dir", str(state), log=log, port=port))
@@ -325,14 +336,14 @@ def test_a_pinned_vm_named_before_anything_starts_a_failing_check_stops_at_the_s
         "ready",
     )
     assert data["out"] == ["kvm-02"]
-    # the host stays drained; kvm-03 was never touched
+    # the host stays drained; kvm-01, the third, was never touched
     time.sleep(3)
     conn = libvirt.open(own_lab.host("kvm-02").uri)
     try:
         assert [d.name() for d in conn.listAllDomains() if _runs(d)] == []
     finally:
         conn.close()
-    assert [h for h, _, _ in read_marks(marks)] == ["kvm-01", "kvm-01", "kvm-02", "kvm-02"]
-    assert (Path(own_lab.host("kvm-03").path) / "libvirtd.pid").read_text() == daemon_03
+    assert [h for h, _, _ in read_marks(marks)] == ["kvm-03", "kvm-03", "kvm-02", "kvm-02"]
+    assert (Path(own_lab.host("kvm-01").path) / "libvirtd.pid").read_text() == daemon_01
     assert metric(port, "reconciler_rollout_hosts_out", 'rollout="patch"') == 1
     assert_settled(own_lab)
