@@ -300,9 +300,10 @@ def test_a_pinned_vm_named_before_anything_starts_a_failing_check_stops_at_the_s
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     state = tmp_path / "state"
 
-    def reconciler(*args: str) -> subprocess.CompletedProcess[str]:
+    def reconciler(*args: str, options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        command = [*args, str(folder), "--state-dir", str(state), *options]
         return subprocess.run(
-            [sys.executable, "-m", "reconciler", *args, str(folder), "--state-dir", str(state)],
+            [sys.executable, "-m", "reconciler", *command],
             capture_output=True,
             text=True,
             env=env,
@@ -327,7 +328,7 @@ def test_a_pinned_vm_named_before_anything_starts_a_failing_check_stops_at_the_s
         240,
         log,
     )
-    status = reconciler("rollout", "status", "patch", "--format", "json")
+    status = reconciler("rollout", "status", "patch", options=("--format", "json"))
     assert status.returncode == 3, status.stderr
     data = json.loads(status.stdout)
     assert (data["phase"], data["stoppedHost"], data["stoppedAt"]["step"]) == (
