@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reconciler.cli import load
 from reconciler.cli.common import status_store
 from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ActRequest, HoldKind, default_actor
@@ -113,6 +114,12 @@ class ActingPath:
         self.state_dir: Path = request.state_dir or default_state_dir()
         self.identity = request.hold.identity or _identity(request.command)
         """This holder's name: in the lease, and in the records of the rollouts it carries."""
+        if request.command == "run":
+            self.reading = load.Reading.RUN
+        elif request.balance_on_sample:
+            self.reading = load.Reading.LOOK  # a short sample is shown, and acted on
+        else:
+            self.reading = load.Reading.ACT
 
     def hold(
         self,
@@ -206,7 +213,12 @@ class ActingPath:
         cluster = desired.cluster.metadata.name
         # kept across restarts: volumes a failed disk move left on a host that did not answer
         leftovers = Leftovers(self.state_dir / cluster / "leftover-volumes.json")
-        observer = LibvirtClusterObserver(desired.cluster, pool=pool, **overrides)
+        observer = load.observer(
+            LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+            desired,
+            self.state_dir,
+            self.reading,
+        )
         try:
             yield RoundPorts(
                 observer=observer,

@@ -13,7 +13,7 @@ import enum
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ class FolderRequest:
 class RepoRequest:
     """The desired state in the cluster folder ``path`` of ``branch`` in a git repository."""
 
-    url: str
+    url: str = field(repr=False)  # may carry credentials: never in a repr
     branch: str = "main"
     path: str = DEFAULT_REPO_FOLDER
     cache_dir: Path | None = None
@@ -66,8 +66,9 @@ class HoldRequest:
 
     kind: HoldKind = HoldKind.LOCK
     timeout: float = 0.0
-    url: str | None = None
-    """The state repository (git lease) or the coordination service (etcd)."""
+    url: str | None = field(default=None, repr=False)
+    """The state repository (git lease) or the coordination service (etcd); not in a repr, it
+    may carry credentials."""
     identity: str | None = None
     """This holder's name in a lease (None: command@host:pid:start)."""
 
@@ -133,6 +134,8 @@ class ActRequest:
     confirmation: Confirmation
     trigger: str | None = None
     """The Reconciler-Trigger of the audit commit; None: told by the plan and the round."""
+    balance_on_sample: bool = False
+    """Balance moves even on the observation's own short CPU sample (no fresh window)."""
 
 
 def source_of(

@@ -299,6 +299,9 @@ class Loop:
         else:
             self._failures = 0
             self.health.ok(status, waiting=not ready)
+        duplicated = status.condition(ConditionType.DUPLICATED)
+        if duplicated is not None and duplicated.status:  # whatever else the round says
+            self.health.duplicated(duplicated.message)
 
     def _failed(self, err: Exception, started: datetime) -> None:
         self._failures += 1

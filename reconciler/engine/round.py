@@ -17,6 +17,10 @@ plan is confirmed. A round that acted leaves its record in the desired state's s
 placement edit, or an audit commit) before it returns, while the caller still holds the
 cluster.
 
+Every observation is checked for VMs on two hosts (``core.duplicates``): each is logged, held
+where it is (no move of it is planned, admitted or started) and listed in the status, whose
+Duplicated condition (and Ready) says so after the recovery step.
+
 Neon's lesson: nothing is decided before a complete observation. When the cluster has never
 been observed completely (a host did not answer), the round plans and reports but moves
 nothing; later, an unreachable host's VMs stay out of balance decisions (the planner treats
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.core import intents, planner, rounds
+from reconciler.core import duplicates, intents, planner, rounds
 from reconciler.core.rollout_vms import during_rollouts
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.observed import require_observed
@@ -51,7 +55,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
-from reconciler.model.status import MoveResult, ReconcileStatus, RoundOutcome
+from reconciler.model.status import Duplicate, MoveResult, ReconcileStatus, RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,8 @@ class RoundReport:
     record_error: ReconcilerError | None = None
     late: list[MoveResult] = field(default_factory=list)
     """Earlier moves of the reconciler's whose record was missing: recorded by this round."""
+    duplicates: list[Duplicate] = field(default_factory=list)
+    """VMs the observation found on two hosts: none of them was moved."""
     rollouts: RolloutRound | None = None
     """What the rollouts did this round and what they hold out."""
 
@@ -114,6 +120,7 @@ class RoundReport:
             results=list(self.results),
             acted=self.acted,
             interrupted=self.interrupted,
+            duplicates=list(self.duplicates),
             failure=None
             if error is None
             else rounds.RoundFailure(
@@ -203,6 +210,8 @@ def run_round(desired: DesiredState, ports: RoundPorts, options: RoundOptions) -
         try:
             _after(desired, ports, report, options)
         finally:
+            # after the recovery step, which may have removed a stale copy since the look
+            report.status = rounds.with_duplicates(report.status, previous, ports.clock.now())
             if report.counted:
                 ports.status.save(report.status)
     return report
@@ -299,6 +308,16 @@ def _round(
     for line in distrusted:
         log.warning("ignoring a record dated in the future: %s", line)
     snapshot, resolutions = intents.resolved(sane, now)
+    found = duplicates.found(snapshot)
+    if found:  # whatever made them: said, and none of them moves
+        report.duplicates = found
+        snapshot = duplicates.held(snapshot, found)
+        for d in found:
+            log.error(
+                "duplicate VM: %s; no move of it until a person keeps one copy "
+                "(docs/recovery.md#duplicates)",
+                d.describe(),
+            )
     report.snapshot = snapshot
     late = intents.unrecorded_moves(
         desired.placement.spec.vms, snapshot, options.placement_changed_at

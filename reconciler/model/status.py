@@ -30,6 +30,11 @@ class ConditionType(StrEnum):
     """Nothing can progress without a person: invalid desired state, every host unreachable."""
     RECOVERED = "Recovered"
     """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
+    DUPLICATED = "Duplicated"
+    """True while a VM runs on two hosts, or is defined on two outside a move in progress."""
+    LOAD_KNOWN = "LoadKnown"
+    """False while the load over the window of some VM or host is unknown (basis used): balance
+    leaves them alone."""
 
 
 class Condition(Frozen):
@@ -75,6 +80,22 @@ class MoveResult(Frozen):
     data_bytes: int | None = Field(default=None, ge=0, description="Memory sent.")
 
 
+class Duplicate(Frozen):
+    """One VM (by UUID) seen on several hosts where it should be on one."""
+
+    vm: str = Field(description="Its name; names joined by '/' when the copies differ.")
+    uuid: str
+    hosts: list[str] = Field(min_length=2, description="Where a copy is, sorted.")
+    running: bool = Field(
+        description="true: it runs on each of these hosts (two guests writing its disks); "
+        "false: it is defined on them, running on one at most."
+    )
+
+    def describe(self) -> str:
+        how = "runs on" if self.running else "is defined on"
+        return f"{self.vm} ({self.uuid}) {how} {' and '.join(self.hosts)}"
+
+
 class RoundResult(Frozen):
     started_at: AwareDatetime
     finished_at: AwareDatetime
@@ -117,6 +138,11 @@ class ReconcileStatus(Frozen):
     )
     rounds: int = Field(default=0, ge=0, description="Rounds recorded so far.")
     conditions: list[Condition] = Field(default_factory=list)
+    duplicates: list[Duplicate] = Field(
+        default_factory=list,
+        description="VMs the last observation found on two hosts (see the Duplicated "
+        "condition); every move of them is stopped.",
+    )
     last_result: RoundResult | None = None
     next_round_at: AwareDatetime | None = None
     rollouts: list[RolloutState] = Field(

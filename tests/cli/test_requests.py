@@ -143,6 +143,9 @@ def test_acting_requests_carry_source_hold_observe_and_confirmation_from_their_f
     etcd = _request([*repo, "--coordination", "etcd3+http://e:2379"]).acting.hold
     assert (etcd.kind, etcd.url) == (HoldKind.ETCD, "etcd3+http://e:2379")
 
+    secret = _request(["apply", "--repo", "https://bot:s3cret@forge/state.git", "--yes"])
+    assert "s3cret" not in repr(secret), "a request's repr must not carry credentials"
+
 
 # -- the source, read ------------------------------------------------------------------------
 
