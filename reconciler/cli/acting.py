@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the engine is imported when a command acts, not for every c
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.ports import Hold, Loaded
     from reconciler.engine.recovery import Recovery
+    from reconciler.engine.rollouts import RolloutPorts
     from reconciler.engine.round import RoundPorts, RoundReport
     from reconciler.engine.sources import FolderSource, RepoSource
     from reconciler.engine.triggers import Wakeup
@@ -111,6 +112,8 @@ class ActingPath:
         self.request = request
         self.source: FolderSource | RepoSource = open_source(request.source)
         self.state_dir: Path = request.state_dir or default_state_dir()
+        self.identity = request.hold.identity or _identity(request.command)
+        """This holder's name: in the lease, and in the records of the rollouts it carries."""
         if request.command == "run":
             self.reading = load.Reading.RUN
         elif request.balance_on_sample:
@@ -135,7 +138,7 @@ class ActingPath:
 
         cluster = desired.cluster.metadata.name
         hold, command = self.request.hold, self.request.command
-        identity = hold.identity or _identity(command)
+        identity = self.identity
         lease: Any
         if hold.kind is HoldKind.ETCD and hold.url is not None:
             from reconciler.adapters.etcd.lease import ToozLease
@@ -210,14 +213,15 @@ class ActingPath:
         cluster = desired.cluster.metadata.name
         # kept across restarts: volumes a failed disk move left on a host that did not answer
         leftovers = Leftovers(self.state_dir / cluster / "leftover-volumes.json")
+        observer = load.observer(
+            LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+            desired,
+            self.state_dir,
+            self.reading,
+        )
         try:
             yield RoundPorts(
-                observer=load.observer(
-                    LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
-                    desired,
-                    self.state_dir,
-                    self.reading,
-                ),
+                observer=observer,
                 migrator=LibvirtMigrator(
                     desired,
                     connection=settings,
@@ -230,9 +234,43 @@ class ActingPath:
                 clock=SystemClock(),
                 source=self.source,
                 hold=hold,
+                rollouts=self.rollout_ports(desired, observer, settings)
+                if self.request.command == "run" and desired.rollouts
+                else None,
             )
         finally:
             pool.close()
+
+    def rollout_ports(self, desired: DesiredState, observer: Any, settings: Any) -> RolloutPorts:
+        """What ``run`` carries rollouts out with: their records (on the state repository's
+        recording branch, else in the state directory), their commands (logs kept in the state
+        directory) and the hosts' libvirt."""
+        from reconciler.adapters.files.rollout_progress import FileRolloutProgress
+        from reconciler.adapters.libvirt.host_control import LibvirtHostControl
+        from reconciler.adapters.processes.rollout_commands import ProcessRolloutCommands
+        from reconciler.engine.rollout_audit import RepoRolloutRecords
+        from reconciler.engine.rollouts import RolloutPorts
+        from reconciler.engine.sources import RepoSource
+
+        cluster = desired.cluster.metadata.name
+        records: Any
+        if isinstance(self.source, RepoSource):
+            records = RepoRolloutRecords(
+                self.source.repo,
+                branch=self.source.audit_branch,
+                folder=self.source.folder,
+                cluster=cluster,
+                actor=self.source.actor,
+            )
+        else:
+            records = FileRolloutProgress(cluster, self.state_dir)
+        return RolloutPorts(
+            records=records,
+            commands=ProcessRolloutCommands(self.state_dir / cluster / "rollouts"),
+            hosts=LibvirtHostControl(desired.cluster, connection=settings),
+            observer=observer,
+            clock=SystemClock(),
+        )
 
     def round(
         self,
@@ -267,6 +305,7 @@ class ActingPath:
             abort=abort,
             on_event=on_event,
             on_plan=on_plan,
+            instance=self.identity,
         )
         return run_round(loaded.desired, ports, options)
 

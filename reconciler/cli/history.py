@@ -16,7 +16,20 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.requests import repo_of
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
-from reconciler.model.audit import AuditEntry, AuditMove, MoveHistory, RepoCommit, short_id
+from reconciler.engine.rollout_audit import (
+    HOST_TRAILER,
+    OUTCOME_TRAILER,
+    ROLLOUT_TRAILER,
+    STEP_TRAILER,
+)
+from reconciler.model.audit import (
+    AuditEntry,
+    AuditMove,
+    AuditRolloutStep,
+    MoveHistory,
+    RepoCommit,
+    short_id,
+)
 from reconciler.model.quantity import parse_duration
 
 TRIGGER_TRAILER = "Reconciler-Trigger"
@@ -42,9 +55,11 @@ def duration(text: str) -> timedelta:
 def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "history",
-        help="the audit trail: every proposed and executed move, from the git log",
+        help="the audit trail: every proposed and executed move and rollout step, from the git "
+        "log",
         description="Read the Reconciler-* trailers and move lines of the state repository's\n"
-        "commits: who, what, when, why, and the desired-state commit of every move.",
+        "commits: who, what, when, why, and the desired-state commit of every move; and each\n"
+        "step a rollout began or ended.",
     )
     add_path_argument(p)
     add_repo_arguments(p)
@@ -65,6 +80,25 @@ def parse_moves(body: str) -> list[AuditMove]:
 
 def audit_entry(commit: RepoCommit) -> AuditEntry:
     trigger = commit.trailer(TRIGGER_TRAILER)
+    rollout = commit.trailer(ROLLOUT_TRAILER)
+    if rollout is not None:
+        host = commit.trailer(HOST_TRAILER)
+        return AuditEntry(
+            commit=commit.sha,
+            author=commit.author,
+            email=commit.email,
+            date=commit.date,
+            subject=commit.subject,
+            kind="rollout",
+            trigger=trigger,
+            actor=commit.trailer(ACTOR_TRAILER),
+            rollout=AuditRolloutStep(
+                rollout=rollout,
+                host=None if host in (None, "-") else host,
+                step=commit.trailer(STEP_TRAILER) or "?",
+                outcome=commit.trailer(OUTCOME_TRAILER) or "?",
+            ),
+        )
     return AuditEntry(
         commit=commit.sha,
         author=commit.author,
@@ -84,12 +118,18 @@ def read_history(
     checkout: StateCheckout, *, vm: str | None, since: timedelta | None
 ) -> MoveHistory:
     after = datetime.now(UTC) - since if since is not None else None
-    commits = checkout.repo.log(
-        checkout.commit, paths=[checkout.path], since=after, grep_trailer=PLAN_TRAILER
-    )
+    # git's own order (several records may share a second); commits with neither trailer
+    # are a person's
+    commits = [
+        c
+        for c in checkout.repo.log(checkout.commit, paths=[checkout.path], since=after)
+        if c.trailer(PLAN_TRAILER) is not None or c.trailer(ROLLOUT_TRAILER) is not None
+    ]
     entries = []
     for commit in commits:
         entry = audit_entry(commit)
+        if vm is not None and entry.rollout is not None:
+            continue  # a rollout step names hosts, not VMs
         if vm is not None:
             moves = [m for m in entry.moves if m.vm == vm]
             if not moves:
@@ -109,6 +149,9 @@ def history_text(history: MoveHistory) -> str:
         who = e.actor or f"{e.author} <{e.email}>"
         what = f"{e.kind}" + (f" ({e.trigger})" if e.trigger else "")
         lines.append(f"{e.date.isoformat()}  {e.commit[:12]}  {what} by {who}")
+        if e.rollout is not None:
+            lines.append(f"  {e.subject}")
+            continue
         lines.append(
             f"  plan {short_id(e.plan_id or '?')}, source {(e.source or '?')[:12]}: {e.subject}"
         )

@@ -35,6 +35,7 @@ from reconciler.cli.common import (
 from reconciler.cli.history import duration
 from reconciler.cli.requests import DEFAULT_REPO_FOLDER, ForgeRequest, forge_request_of
 from reconciler.core import backtest, impact, planner
+from reconciler.core.rollout_report import rollout_plan
 from reconciler.engine.observed import require_observed
 from reconciler.errors import ConfigError, ValidationFailed
 from reconciler.model.desired import DesiredState
@@ -222,9 +223,18 @@ def compute(request: ImpactRequest) -> Impact:
         recorded = observed_snapshots(repo, head.cluster.metadata.name, since=now - since)
         snapshots = [s for _, s in recorded if s.taken_at <= now]
         replayed = backtest.replay(base, head, snapshots, since=now - since, until=now)
-    return impact.compare(
+    compared = impact.compare(
         plans[0], plans[1], path=str(rel), snapshot_source=source, backtest=replayed
     )
+    # a rollout the head adds or changes: the plan a reviewer approves by merging it
+    rollouts = [
+        rollout_plan(r, head, snapshot, impact.steady_history(head, snapshot), now=now)
+        for r in head.rollouts
+        if r not in base.rollouts
+    ]
+    if not rollouts:
+        return compared
+    return compared.model_copy(update={"rollouts": rollouts, "differs": True})
 
 
 def _post(comment: CommentRequest, url: str, markdown: str, path: str) -> str:

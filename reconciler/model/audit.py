@@ -58,6 +58,15 @@ class AuditMove(Frozen):
     detail: str = ""
 
 
+class AuditRolloutStep(Frozen):
+    """One step of a rollout begun or ended, from its commit's Reconciler-Rollout-* trailers."""
+
+    rollout: str
+    host: str | None = Field(default=None, description="None: a step before or after.")
+    step: str
+    outcome: str = Field(description="started, passed, succeeded or failed.")
+
+
 class AuditEntry(Frozen):
     """One commit of the audit trail: who, when, why, and the moves it proposed or recorded."""
 
@@ -66,9 +75,10 @@ class AuditEntry(Frozen):
     email: str
     date: datetime
     subject: str
-    kind: Literal["proposed", "executed"] = Field(
+    kind: Literal["proposed", "executed", "rollout"] = Field(
         description="proposed: a proposal's commit (merging it approved the moves); "
-        "executed: an audit commit written after the moves ran."
+        "executed: an audit commit written after the moves ran; rollout: a rollout's step "
+        "begun or ended."
     )
     plan_id: str | None = None
     source: str | None = Field(
@@ -77,6 +87,9 @@ class AuditEntry(Frozen):
     trigger: str | None = Field(default=None, description="merge, schedule, drift, ...")
     actor: str | None = None
     moves: list[AuditMove] = Field(default_factory=list)
+    rollout: AuditRolloutStep | None = Field(
+        default=None, description="The rollout step of a rollout entry."
+    )
 
 
 class MoveHistory(Frozen):

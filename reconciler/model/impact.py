@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, Field
 
 from reconciler.model.base import ApiVersion, Frozen
 from reconciler.model.plan import Move, Plan, Unsatisfiable
+from reconciler.model.rollout_report import RolloutPlan
 
 
 class MoveChange(Frozen):
@@ -109,5 +110,12 @@ class Impact(Frozen):
     resolved_unsatisfiable: list[Unsatisfiable] = Field(default_factory=list)
     base_bytes: int = Field(ge=0, description="Guest memory of every move and deferred move.")
     head_bytes: int = Field(ge=0)
-    differs: bool = Field(description="The exit code 2: moves, problems or the replay differ.")
+    differs: bool = Field(
+        description="The exit code 2: moves, problems, rollouts or the replay differ."
+    )
     backtest: Backtest | None = None
+    rollouts: list[RolloutPlan] = Field(
+        default_factory=list,
+        description="The plan of each rollout the head adds or changes: the order of its "
+        "hosts, each host's evacuation and what blocks, on the same snapshot.",
+    )

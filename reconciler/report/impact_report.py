@@ -10,6 +10,7 @@ from reconciler.model.impact import Backtest, Impact, SideTotals
 from reconciler.model.plan import Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
 from reconciler.report.plan_json import plan_document
+from reconciler.report.rollout_text import plan_text
 
 MARKER = "reconciler-impact"
 MAX_LISTED = 50
@@ -60,6 +61,9 @@ def headline(impact: Impact) -> str:
         parts.append(f"{len(impact.no_longer)} no longer moved")
     if impact.new_unsatisfiable:
         parts.append(f"{len(impact.new_unsatisfiable)} new unsatisfiable")
+    for r in impact.rollouts:
+        blocked = ", blocked" if r.blocked else ""
+        parts.append(f"rollout {r.rollout} ({len(r.hosts)} hosts{blocked})")
     return "Difference: " + ", ".join(parts) + "."
 
 
@@ -95,6 +99,8 @@ def impact_text(impact: Impact) -> str:
             lines += ["", title, *(f"  {x}" for x in items)]
     if impact.backtest is not None:
         lines += ["", *_backtest_text(impact.backtest)]
+    for r in impact.rollouts:
+        lines += ["", *plan_text(r).splitlines()]
     lines += ["", headline(impact)]
     return "\n".join(lines) + "\n"
 
@@ -203,6 +209,15 @@ def impact_markdown(impact: Impact, *, since: str | None = None) -> str:
             "| replay | base | head |",
             "|---|---|---|",
             *(f"| {n} | {b} | {h} |" for n, b, h in _totals_rows(bt.base, bt.head)),
+            "",
+        ]
+    for r in impact.rollouts:
+        out += [
+            f"#### Rollout `{r.rollout}`" + (": blocked" if r.blocked else ""),
+            "",
+            "```",
+            *plan_text(r).splitlines(),
+            "```",
             "",
         ]
     out.append(

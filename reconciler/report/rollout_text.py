@@ -38,7 +38,11 @@ def plan_text(plan: RolloutPlan) -> str:
     lines.append(f"each host: {', '.join(plan.host_steps)}")
     for i, host in enumerate(plan.hosts, 1):
         moves = host.evacuation
-        leave = f"{len(moves)} VM{'s' * (len(moves) != 1)} leave" if moves else "no VM to move"
+        leave = (
+            ("1 VM leaves" if len(moves) == 1 else f"{len(moves)} VMs leave")
+            if moves
+            else "no VM to move"
+        )
         lines.append(f"{i}. {host.host}: {leave}")
         for m in moves:
             lines.append(f"     {m.vm}: {m.source} -> {m.target} ({format_size(m.memory)})")

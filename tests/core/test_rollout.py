@@ -131,7 +131,7 @@ def test_the_drain_ends_when_nothing_that_must_leave_is_left() -> None:
     assert busy.actions == ()
     assert busy.out == ("kvm-01",)
     assert busy.notes == ("kvm-01 is being drained: a to leave",)
-    assert busy.wake_at == NOW + timedelta(seconds=30)
+    assert busy.wake_at == NOW + timedelta(seconds=10)
     empty = next_actions(r, cluster(), snap(vm("a", "kvm-02")), began, now=NOW)
     assert [type(a) for a in empty.actions] == [Record]
     assert empty.actions[0] == Record(

@@ -120,3 +120,34 @@ def test_the_message_keeps_the_end_of_the_output_and_no_secret(
     assert "line 10\n" not in text
     assert "tok-3f9a81c2" not in text
     assert "user *** done" in text
+
+
+def test_history_shows_each_rollout_step_in_git_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reconciler.cli import main
+
+    store, _, _ = records(tmp_path)
+    progress = store.load("kernel-2026-12")
+    for step, outcome in (("drain", "started"), ("drain", "succeeded"), ("command/x", "failed")):
+        progress = store.append(progress, rec(step, outcome, detail="exit 1"))
+    url = git(tmp_path / "person", "remote", "get-url", "origin").strip()
+    cache = ["--cache-dir", str(tmp_path / "cache2")]
+    assert main(["history", "--repo", url, *cache, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    steps = [
+        (e["kind"], e["rollout"]["host"], e["rollout"]["step"], e["rollout"]["outcome"])
+        for e in data["entries"]
+    ]
+    assert steps == [
+        ("rollout", "kvm-02", "command/x", "failed"),
+        ("rollout", "kvm-02", "drain", "succeeded"),
+        ("rollout", "kvm-02", "drain", "started"),
+    ]
+    assert {e["actor"] for e in data["entries"]} == {"run@a"}
+    assert main(["history", "--repo", url, *cache]) == 0
+    text = capsys.readouterr().out
+    assert "rollout (rollout) by run@a" in text
+    assert "  Rollout kernel-2026-12 of cluster lab: kvm-02 command/x failed" in text
+    assert main(["history", "--repo", url, *cache, "--vm", "web-1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == []

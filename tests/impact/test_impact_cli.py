@@ -209,3 +209,40 @@ def test_a_pull_request_head_outside_the_branches_is_fetched(
         )  # fmt: skip
         assert run.code == EXIT_CHANGES, run.err
         assert json.loads(run.out)["headRevision"] == sha
+
+
+def test_a_rollout_the_head_adds_shows_its_evacuation_plan(
+    world: tuple[str, Path, Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, person, snap, common = world
+    git(person, "checkout", "--quiet", "-B", "rollout", "main")
+    (person / "cluster-state" / "rollouts" / "night.yaml").write_text(
+        "apiVersion: placement/v1alpha1\nkind: Rollout\nmetadata: {name: night}\n"
+        "spec:\n  hosts: [kvm-03, kvm-01]\n  eachHost:\n    reboot: {argv: [systemctl, reboot], "
+        "timeout: 1m, safeToRepeat: false}\n"
+    )
+    git(person, "add", ".")
+    git(person, "commit", "--quiet", "-m", "Rollout night")
+    git(person, "push", "--quiet", "origin", "rollout")
+    run = reconciler(
+        capsys, "impact", *common, "--base", "main", "--head", "rollout",
+        "--snapshot", snap, "--format", "json",
+    )  # fmt: skip
+    assert run.code == EXIT_CHANGES, run.err
+    data = json.loads(run.out)
+    jsonschema.validate(data, json.loads((ROOT / "schemas" / "impact.json").read_text()))
+    (plan,) = data["rollouts"]
+    assert plan["rollout"] == "night"
+    assert [h["host"] for h in plan["hosts"]] == ["kvm-03", "kvm-01"]
+    assert plan["blocked"] is True
+    assert [b["vm"] for b in plan["hosts"][0]["blockedBy"]] == ["erp"]
+    assert {m["source"] for m in plan["hosts"][1]["evacuation"]} == {"kvm-01"}
+    md = reconciler(
+        capsys, "impact", *common, "--base", "main", "--head", "rollout",
+        "--snapshot", snap, "--format", "markdown",
+    )  # fmt: skip
+    assert "#### Rollout `night`: blocked" in md.out
+    assert "   blocked: erp is pinned to kvm-03 by rule erp-pinned (immovable.action: block)" in (
+        md.out.splitlines()
+    )
+    assert "rollout night (2 hosts, blocked)" in md.out
