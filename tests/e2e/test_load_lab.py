@@ -102,8 +102,9 @@ def test_run_balances_steady_load_never_the_spike_then_rests(guests: Lab, tmp_pa
         return on_first <= 2 and "moving" not in now.values()
 
     try:
-        # half the 60 s window sampled, then holdRounds 2 at 10 s: the first move within ~1.5 min
-        took = wait_until("the steady hotspot balanced", balanced, 300, log)
+        # the guests boot, half the 60 s window is sampled, holdRounds 2 at 10 s: 294 s measured
+        # beside a full test run on this 2-core machine
+        took = wait_until("the steady hotspot balanced", balanced, 600, log)
         # then no move for many rounds: the layout stays while the window and rounds go on
         settled = look()
         quiet_from = time.monotonic()
