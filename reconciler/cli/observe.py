@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from reconciler.adapters.files import snapshot as snapshot_file
+from reconciler.cli import load, requests
 from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -13,11 +16,11 @@ from reconciler.cli.common import (
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
-    load_desired,
+    add_state_dir_argument,
     non_negative_float,
     observe_live,
-    observe_overrides,
 )
+from reconciler.cli.desired import open_source
 from reconciler.report.observe_table import observe_table
 
 
@@ -40,13 +43,39 @@ def register(sub: Subparsers) -> None:
         help="time between the two CPU samples (override spec.observe.sampleInterval)",
     )
     add_repo_arguments(p)
+    add_state_dir_argument(p)
     p.set_defaults(handler=run)
 
 
+@dataclass(frozen=True)
+class ObserveRequest:
+    """What ``observe`` was asked: where the cluster is, the overrides, the output format."""
+
+    source: requests.SourceRequest
+    observe: requests.ObserveOverrides
+    format: str
+    state_dir: Path | None = None
+    """Where run keeps its load samples (the window shown beside the short sample)."""
+
+
+def request(args: argparse.Namespace) -> ObserveRequest:
+    return ObserveRequest(
+        source=requests.source_of(args),
+        observe=requests.observe_of(args, sample_interval=True),
+        format=args.format,
+        state_dir=args.state_dir,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    desired = load_desired(args)
-    snapshot = observe_live(desired.cluster, **observe_overrides(args))
-    if args.format == "json":
+    return observe(request(args))
+
+
+def observe(request: ObserveRequest) -> int:
+    desired = open_source(request.source).load().desired
+    snapshot = observe_live(desired.cluster, **request.observe.overrides())
+    snapshot = load.windowed(snapshot, desired, request.state_dir, load.Reading.LOOK)
+    if request.format == "json":
         sys.stdout.write(snapshot_file.snapshot_json(snapshot))
     else:
         sys.stdout.write(observe_table(snapshot))

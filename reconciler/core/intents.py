@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from reconciler.core import backoff
 from reconciler.model.desired import DesiredState
 from reconciler.model.snapshot import (
     FailedMove,
@@ -98,15 +99,13 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
             continue
         old = vm.reconciler
         if vm.host == intent.target:
-            state = old.model_copy(
-                update={
-                    "intent": None,
-                    "last_moved_at": now,
-                    "last_moved_from": intent.source,
-                    "last_moved_to": intent.target,
-                    "last_plan_id": intent.plan_id,
-                    "moves": old.moves + 1,
-                }
+            state = backoff.recorded(
+                old.model_copy(update={"intent": None}),
+                reason=intent.reason or "",
+                source=intent.source,
+                target=intent.target,
+                at=now,
+                plan_id=intent.plan_id,
             )
             summary = f"it runs on {intent.target}: moved from {intent.source}"
         elif vm.host == intent.source:

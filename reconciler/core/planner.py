@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
-from reconciler.core import headroom
+from reconciler.core import backoff, headroom, load_plan, load_view
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
-from reconciler.core.mandatory import fixed_reason, plan_mandatory
+from reconciler.core.load_view import NOTHING_UNKNOWN, Unknown
+from reconciler.core.mandatory import Mandatory, fixed_reason, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
 from reconciler.core.vm_facts import balance_hold
@@ -39,7 +40,7 @@ from reconciler.model.plan import (
     Unsatisfiable,
     UnsatisfiableCode,
 )
-from reconciler.model.policy import Drift
+from reconciler.model.policy import Basis, Drift
 from reconciler.model.snapshot import Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
@@ -79,39 +80,23 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
 
     max_unit = min(spec.parallel.cluster, spec.batch)
     mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift, max_unit)
-    steps: list[Step] = list(mandatory.steps)
-
-    movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
-    rounds: dict[str, int] = {}
-    goals: list[ArchGoal] = []
-    max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
-    for arch, hosts in model.arches.items():
-        # Over when observed so, or when this plan's mandatory moves would make it so: the
-        # next round would otherwise balance what this one could have.
-        over = max(spread_of(before, hosts), spread_of(state, hosts)) > spec.threshold
-        rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
-        balancing = over and rounds[arch] >= spec.hold_rounds
-        goals.append(ArchGoal(arch, hosts, balancing, float(spec.threshold)))
-        if balancing:
-            settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
-            found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
-            max_balance -= len(found)
-            steps.extend(found)
-    optimal: bool | None = None
-    if not mandatory.problems and max_unit >= 1:
-        drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
-        steps, optimal = improve(before, state, steps, goals, movable.__getitem__, drift)
-        state = before.copy()
-        for s in steps:
-            state.move(s.vm, s.target)
-    reserve = headroom.keeping_reserve(
-        before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
+    unknown = load_view.unknown(snapshot) if spec.basis is Basis.USED else NOTHING_UNKNOWN
+    blocked = load_plan.unknown_hosts(model, unknown)
+    movable = _balance_movable(
+        model, state, snapshot, history, mandatory.moved, now, desired, unknown, blocked
     )
-    if reserve.held:
-        steps, optimal = reserve.steps, None
-        state = before.copy()
-        for s in steps:
-            state.move(s.vm, s.target)
+    checked = load_plan.may_go_back(model, snapshot, spec.cooldown, now, movable)
+    after_mandatory = state.copy() if checked else state
+    while True:
+        state = after_mandatory.copy() if checked else after_mandatory
+        steps, state, rounds, goals, optimal, reserve = _balance(
+            desired, history, model, before, state, mandatory, movable, blocked, unknown
+        )
+        back = load_plan.going_back(model, steps, snapshot, spec.cooldown, now) if checked else ()
+        if not back:
+            break
+        for v in back:  # within its doubled backoff: plan again without moving it
+            movable[v] = False
     spreads = [
         ArchSpread(
             arch=g.arch,
@@ -146,12 +131,69 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         copy_bytes=sum(m.copy_bytes for m in this_round),
         deferred=deferred,
         unsatisfiable=problems,
-        hosts=_host_loads(model, before, state),
+        hosts=_host_loads(model, before, state, load_plan.cpu_now(model, snapshot), blocked),
         spreads=spreads,
         imbalance_rounds=rounds,
         placement=proposed,
         optimal=optimal,
+        load=load_plan.plan_load(snapshot, unknown) if spec.basis is Basis.USED else None,
+        backoff=backoff.held(snapshot, spec.cooldown, now),
     )
+
+
+def _balance(
+    desired: DesiredState,
+    history: History,
+    model: Model,
+    before: State,
+    state: State,
+    mandatory: Mandatory,
+    movable: list[bool],
+    blocked: frozenset[int],
+    unknown: Unknown,
+) -> tuple[list[Step], State, dict[str, int], list[ArchGoal], bool | None, headroom.Kept]:
+    """Balance moves after the mandatory ones in ``state``, the exact plan where better and
+    the reserve kept: (steps, the state they leave, imbalance streaks, goals, optimal, what
+    the reserve held)."""
+    spec = desired.policy.spec
+    max_unit = min(spec.parallel.cluster, spec.batch)
+    steps: list[Step] = list(mandatory.steps)
+    rounds: dict[str, int] = {}
+    goals: list[ArchGoal] = []
+    exact_goals: list[ArchGoal] = []
+    max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
+    for arch, all_hosts in model.arches.items():
+        hosts = load_plan.balance_hosts(all_hosts, blocked)
+        # Over when observed so, or when this plan's mandatory moves would make it so: the
+        # next round would otherwise balance what this one could have.
+        over = max(spread_of(before, hosts), spread_of(state, hosts)) > spec.threshold
+        rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
+        balancing = over and rounds[arch] >= spec.hold_rounds and unknown.hold is None
+        goal = ArchGoal(arch, hosts, balancing, float(spec.threshold))
+        goals.append(goal)
+        if len(hosts) == len(all_hosts):
+            exact_goals.append(goal)
+        if balancing:
+            settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
+            found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
+            max_balance -= len(found)
+            steps.extend(found)
+    optimal: bool | None = None
+    if not mandatory.problems and max_unit >= 1 and exact_goals:
+        drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
+        steps, optimal = improve(before, state, steps, exact_goals, movable.__getitem__, drift)
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
+    reserve = headroom.keeping_reserve(
+        before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
+    )
+    if reserve.held:
+        steps, optimal = reserve.steps, None
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
+    return steps, state, rounds, goals, optimal, reserve
 
 
 def _headroom(
@@ -221,8 +263,11 @@ def _balance_movable(
     moved: set[int],
     now: datetime,
     desired: DesiredState,
+    unknown: Unknown,
+    blocked: frozenset[int],
 ) -> list[bool]:
-    """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling or young."""
+    """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling, young,
+    of unknown load or on a host of unknown load."""
     spec = desired.policy.spec
     seen: dict[str, VmState] = {}
     for vm in snapshot.vms:  # the first sighting in (name, host) order, as in the model
@@ -239,6 +284,8 @@ def _balance_movable(
             and v not in moved
             and v not in model.rules.pinned
             and fixed_reason(state, v) is None
+            and info.name not in unknown.vms
+            and model.observed[v] not in blocked
         )
         if ok and obs is not None:
             ok = balance_hold(obs, spec, history, snapshot.taken_at, now) is None
@@ -272,7 +319,13 @@ def _dedupe(problems: list[Unsatisfiable]) -> list[Unsatisfiable]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
+def _host_loads(
+    model: Model,
+    before: State,
+    after: State,
+    cpu_now: Mapping[str, float],
+    blocked: frozenset[int],
+) -> list[HostLoad]:
     out = []
     for h in model.hosts:
         i = h.index
@@ -292,6 +345,8 @@ def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
                 score_after=round(after.score(i), 3),
                 vms_before=len(before.vms_on[i]),
                 vms_after=len(after.vms_on[i]),
+                cpu_now=cpu_now.get(h.name),
+                load_known=i not in blocked,
             )
         )
     return out

@@ -24,6 +24,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import (
+    Condition,
     ConditionType,
     Duplicate,
     MoveOutcome,
@@ -157,6 +158,8 @@ def round_status(
         found = list(facts.duplicates)
         seen = {d.uuid for d in found}
         found += [d for d in copies.carried(base.duplicates, snap) if d.uuid not in seen]
+    if plan is not None and plan.load is not None:
+        conditions = _load_condition(conditions, plan, finished)
     return base.model_copy(
         update={
             "cluster": name,
@@ -181,6 +184,31 @@ def round_status(
             "next_round_at": finished + desired.policy.spec.interval,
         }
     )
+
+
+def _load_condition(conditions: list[Condition], plan: Plan, at: datetime) -> list[Condition]:
+    """LoadKnown: false while some VM's or host's load over the window is unknown."""
+    load = plan.load
+    assert load is not None
+    vms, hosts = load.unknown_vms, load.unknown_hosts
+    if load.problem is not None:
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, False, "LoadSourceFailed", load.problem, at
+        )
+    if vms or hosts:
+        message = (
+            f"the load over the window of {len(vms)} VM(s) and {len(hosts)} host(s) is "
+            f"unknown, balance leaves them alone: {', '.join((vms or hosts)[:10])}"
+            + (", ..." if len(vms or hosts) > 10 else "")
+        )
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, False, "WindowMissing", message, at
+        )
+    if load.basis == "sample":
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, True, "ShortSample", load.note or "", at
+        )
+    return with_condition(conditions, ConditionType.LOAD_KNOWN, True, "Window", "", at)
 
 
 def status_not_ready(

@@ -93,7 +93,7 @@ class State:
         self.vms_on: list[set[int]] = [set() for _ in range(n)]
         self.memory = [0] * n
         self.vcpus = [0] * n
-        self.cpu_load = [0.0] * n
+        self.cpu_load = [h.cpu_extra for h in model.hosts]
         self.mem_load = [0.0] * n
         self.pages: list[dict[int, int]] | None = [{} for _ in range(n)] if model.paged else None
         """Host -> page size in KiB -> huge pages its VMs hold (None: no VM uses them)."""
@@ -331,6 +331,14 @@ def build(
             )
         )
         observed_host.append(-1)
+    pressure = snapshot.load.pressure if snapshot.load is not None else {}
+    if pressure and spec.basis is Basis.USED:
+        hosts = [
+            dataclasses.replace(h, cpu_extra=pressure[h.name] / 100.0 * h.cpu_den)
+            if h.name in pressure and h.known
+            else h
+            for h in hosts
+        ]
     paged = any(vm.pages for vm in vms)
     if paged:
         room = rooms(snapshot.hosts, snapshot.vms)

@@ -13,8 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from reconciler.core.load_samples import HostSample
 from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import Comment, PullRequest, RepoCommit
+from reconciler.model.load import LoadSamples
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
 from reconciler.model.recovery import (
@@ -38,6 +40,8 @@ __all__ = [
     "Record",
     "Recorded",
     "Lease",
+    "LoadSampler",
+    "LoadSampleStore",
     "MigrationProgress",
     "MigrationResult",
     "Migrator",
@@ -57,6 +61,23 @@ class Observer(Protocol):
 
     def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
         """A fresh look at only ``hosts`` (the two ends of a move), as a Snapshot of them."""
+        ...
+
+
+class LoadSampler(Protocol):
+    def sample(self) -> list[HostSample]:
+        """One CPU reading of every host's running VMs; a host that failed or did not answer
+        in time has its ``error`` (never raises for one host)."""
+        ...
+
+
+class LoadSampleStore(Protocol):
+    def load(self) -> LoadSamples | None:
+        """The samples kept, None when there are none (or they cannot be read, a warning)."""
+        ...
+
+    def save(self, samples: LoadSamples) -> None:
+        """Replace them, atomically; TerminalError when they cannot be written."""
         ...
 
 

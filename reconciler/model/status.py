@@ -32,6 +32,9 @@ class ConditionType(StrEnum):
     """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
     DUPLICATED = "Duplicated"
     """True while a VM runs on two hosts, or is defined on two outside a move in progress."""
+    LOAD_KNOWN = "LoadKnown"
+    """False while the load over the window of some VM or host is unknown (basis used): balance
+    leaves them alone."""
 
 
 class Condition(Frozen):
@@ -103,6 +106,22 @@ class RoundResult(Frozen):
     moves: list[MoveResult] = Field(default_factory=list)
 
 
+class RolloutState(Frozen):
+    """Where one rollout stood at the end of a round (``reconciler rollout status`` says more)."""
+
+    rollout: str
+    phase: str = Field(
+        description="NotStarted, InProgress, Paused, Blocked, Stopped (a step failed) or Done."
+    )
+    out: list[str] = Field(default_factory=list, description="Hosts it holds out.")
+    stopped_host: str | None = Field(default=None, description="Where it stopped, if it did.")
+    stopped_step: str | None = None
+    message: str = Field(default="", description="Why it stopped or waits, in a sentence.")
+    next_look: AwareDatetime | None = Field(
+        default=None, description="When it acts next at the latest (a timeout, a settle time)."
+    )
+
+
 class ReconcileStatus(Frozen):
     api_version: ApiVersion = "placement/v1alpha1"
     kind: Literal["ReconcileStatus"] = "ReconcileStatus"
@@ -126,6 +145,9 @@ class ReconcileStatus(Frozen):
     )
     last_result: RoundResult | None = None
     next_round_at: AwareDatetime | None = None
+    rollouts: list[RolloutState] = Field(
+        default_factory=list, description="The cluster's rollouts as the round left them."
+    )
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type is kind), None)
