@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from reconciler.cli import load
 from reconciler.cli.common import status_store
@@ -35,6 +38,7 @@ if TYPE_CHECKING:  # the engine is imported when a command acts, not for every c
     import threading
 
     from reconciler.engine.execute import Event, Gate
+    from reconciler.engine.holds import JointLease
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.ports import Hold, Loaded
     from reconciler.engine.recovery import Recovery
@@ -87,6 +91,14 @@ def add_hold_arguments(p: argparse.ArgumentParser) -> None:
         help="when another command or instance holds the cluster, wait up to this long for it "
         "(e.g. 30s, 5m) instead of exiting 1 at once",
     )
+    p.add_argument(
+        "--local-lock-only",
+        action="store_true",
+        help="EMERGENCIES ONLY: hold the cluster by this machine's lock alone, bypassing the "
+        "hold cluster.yaml declares (spec.hold) and the git lease of --repo, e.g. while their "
+        "repository or etcd is down; an actor on another machine may then act at the same "
+        "time. See docs/apply.md",
+    )
     add_coordination_argument(p)
 
 
@@ -114,6 +126,11 @@ class ActingPath:
         self.state_dir: Path = request.state_dir or default_state_dir()
         self.identity = request.hold.identity or _identity(request.command)
         """This holder's name: in the lease, and in the records of the rollouts it carries."""
+        self.actor = request.hold.identity or f"{request.command}@{socket.gethostname()}"
+        """Who acts, as intents and move records name it: one name per command and machine
+        (the machine's lock lets one of them act at a time), or the holder's --identity."""
+        self.joint: JointLease | None = None
+        """The two leases of the hold, once built: this machine's lock and the declared."""
         if request.command == "run":
             self.reading = load.Reading.RUN
         elif request.balance_on_sample:
@@ -133,26 +150,18 @@ class ActingPath:
         import threading
 
         from reconciler.adapters.files.lock import FileLease, cluster_lock_path
+        from reconciler.engine.holds import JointLease
         from reconciler.engine.leadership import LeaseKeeper
         from reconciler.engine.triggers import Wakeup
 
         cluster = desired.cluster.metadata.name
-        hold, command = self.request.hold, self.request.command
-        identity = self.identity
-        lease: Any
-        if hold.kind is HoldKind.ETCD and hold.url is not None:
-            from reconciler.adapters.etcd.lease import ToozLease
-
-            lease = ToozLease(hold.url, cluster, identity=identity)
-        elif hold.kind is HoldKind.GIT_LEASE and hold.url is not None:
-            from reconciler.adapters.git.lease import GitLease
-
-            lease = GitLease(
-                hold.url, cluster, self.state_dir / cluster / "lease.git", identity=identity
-            )
-        else:
-            hosts = [(h.name, h.uri) for h in desired.cluster.spec.hosts]
-            lease = FileLease(cluster_lock_path(cluster, hosts), command=command)
+        hosts = [(h.name, h.uri) for h in desired.cluster.spec.hosts]
+        local = FileLease(cluster_lock_path(cluster, hosts), command=self.request.command)
+        lease: Any = local
+        declared = self._declared(desired)
+        if declared is not None:
+            self.joint = JointLease(local, self._lease(cluster, *declared), declared[2])
+            lease = self.joint
         return LeaseKeeper(
             lease,
             wakeup or Wakeup(),
@@ -162,14 +171,70 @@ class ActingPath:
             on_change=on_change,
         )
 
+    def _declared(self, desired: DesiredState) -> tuple[HoldKind, str, str] | None:
+        """The lease taken besides this machine's lock: (kind, URL, how messages name it);
+        None for the lock alone. The cluster's declaration wins over what the command was
+        given; ``--local-lock-only`` bypasses both, and says so loudly."""
+        hold, declared = self.request.hold, desired.cluster.spec.hold
+        given: tuple[HoldKind, str, str] | None = None
+        if hold.kind is HoldKind.ETCD and hold.url is not None:
+            given = (HoldKind.ETCD, hold.url, f"the etcd lease at {_shown(hold.url)}")
+        elif hold.kind is HoldKind.GIT_LEASE and hold.url is not None:
+            given = (HoldKind.GIT_LEASE, hold.url, f"the git lease of {_shown(hold.url)}")
+        chosen = given
+        if declared is not None:
+            where = " (cluster.yaml spec.hold)"
+            kind, url = HoldKind.ETCD, declared.etcd or ""
+            if declared.repository is not None:
+                kind, url = HoldKind.GIT_LEASE, declared.repository
+                if given is not None and same_repository(given[1], url):
+                    url = given[1]  # --repo's URL: its credentials, if it has any
+            chosen = (kind, url, declared.describe() + where)
+            if hold.kind is HoldKind.ETCD and given is not None and given[1] != url:
+                logging.getLogger(__name__).warning(
+                    "--coordination is not used: cluster %s declares its hold, %s",
+                    desired.cluster.metadata.name,
+                    declared.describe(),
+                )
+        if hold.local_only:
+            bypassed = chosen[2] if chosen is not None else "nothing (none is declared)"
+            line = (
+                f"WARNING: --local-lock-only: holding cluster {desired.cluster.metadata.name!r} "
+                f"by this machine's lock alone, bypassing {bypassed}: an actor on another "
+                "machine may move the same VMs at the same time"
+            )
+            print(line, file=sys.stderr)
+            logging.getLogger(__name__).warning("%s", line)
+            return None
+        return chosen
+
+    def _lease(self, cluster: str, kind: HoldKind, url: str, label: str) -> Any:
+        identity = self.identity
+        if kind is HoldKind.ETCD:
+            from reconciler.adapters.etcd.lease import ToozLease
+
+            return ToozLease(url, cluster, identity=identity)
+        from reconciler.adapters.git.lease import GitLease
+
+        return GitLease(url, cluster, self.state_dir / cluster / "lease.git", identity=identity)
+
     def take(self, keeper: LeaseKeeper, cluster: str) -> None:
         """Take the hold, waiting up to the request's timeout; TerminalError naming the
-        holder (exit 1)."""
+        holder, or the hold that could not be taken and why (exit 1)."""
         timeout = self.request.hold.timeout
         if keeper.acquire(timeout):
             return
-        who = keeper.holder() or "an unknown holder"
         waited = f" (waited {timeout:g} s)" if timeout else ""
+        joint = self.joint
+        if joint is not None and joint.why is not None:
+            raise TerminalError(
+                f"cluster {cluster!r} could not be held: {joint.label} could not be taken"
+                f"{waited}: {joint.why}",
+                hint="make it reachable (and writable) from here and try again; in an "
+                "emergency --local-lock-only acts under this machine's lock alone (see "
+                "docs/apply.md)",
+            )
+        who = keeper.holder() or "an unknown holder"
         raise TerminalError(
             f"cluster {cluster!r} is held by {who}{waited}",
             hint="wait for it to finish, or pass --lock-timeout DURATION to wait for it; "
@@ -306,6 +371,7 @@ class ActingPath:
             on_event=on_event,
             on_plan=on_plan,
             instance=self.identity,
+            actor=self.actor,
         )
         return run_round(loaded.desired, ports, options)
 
@@ -351,6 +417,28 @@ class ActingPath:
 
 def _identity(command: str) -> str:
     return f"{command}@{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+
+
+def _shown(url: str) -> str:
+    """``url`` without a user or password, for messages."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def same_repository(a: str, b: str) -> bool:
+    """Whether two URLs name one repository: user info, a trailing ``/`` and ``.git`` aside."""
+
+    def key(url: str) -> tuple[str, str, str]:
+        parts = urlsplit(url)
+        path = parts.path.rstrip("/").removesuffix(".git")
+        where = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return parts.scheme, where, path
+
+    return key(a) == key(b)
 
 
 def recover(

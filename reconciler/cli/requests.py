@@ -71,6 +71,8 @@ class HoldRequest:
     may carry credentials."""
     identity: str | None = None
     """This holder's name in a lease (None: command@host:pid:start)."""
+    local_only: bool = False
+    """``--local-lock-only``: this machine's lock alone, whatever the cluster declares."""
 
     def __post_init__(self) -> None:
         if self.kind is not HoldKind.LOCK and not self.url:
@@ -171,13 +173,15 @@ def hold_of(
     args: argparse.Namespace, source: SourceRequest, *, waits: bool, identity: str | None = None
 ) -> HoldRequest:
     """``--coordination`` (etcd), else the git lease of a repository source, else the lock;
-    ``waits``: the command has ``--lock-timeout`` (``run`` stands by as long as it runs)."""
+    ``waits``: the command has ``--lock-timeout`` and ``--local-lock-only`` (``run`` stands by
+    as long as it runs). A hold the cluster declares is taken instead (``ActingPath.hold``)."""
     timeout: float = args.lock_timeout if waits else 0.0
+    local_only: bool = args.local_lock_only if waits else False
     if args.coordination:
-        return HoldRequest(HoldKind.ETCD, timeout, args.coordination, identity)
+        return HoldRequest(HoldKind.ETCD, timeout, args.coordination, identity, local_only)
     if isinstance(source, RepoRequest):
-        return HoldRequest(HoldKind.GIT_LEASE, timeout, source.url, identity)
-    return HoldRequest(HoldKind.LOCK, timeout, None, identity)
+        return HoldRequest(HoldKind.GIT_LEASE, timeout, source.url, identity, local_only)
+    return HoldRequest(HoldKind.LOCK, timeout, None, identity, local_only)
 
 
 def observe_of(args: argparse.Namespace, *, sample_interval: bool = False) -> ObserveOverrides:

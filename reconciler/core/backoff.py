@@ -53,8 +53,10 @@ def recorded(
     target: str,
     at: datetime,
     plan_id: str | None,
+    actor: str | None = None,
 ) -> ReconcilerState:
-    """The VM's record after a move that succeeded: the move, its reason and the backoff."""
+    """The VM's record after a move that succeeded: the move, its reason, who made it and the
+    backoff."""
     back = (
         reason == Reason.BALANCE.value
         and old.last_reason == Reason.BALANCE.value
@@ -66,6 +68,7 @@ def recorded(
             "last_moved_from": source,
             "last_moved_to": target,
             "last_plan_id": plan_id,
+            "last_moved_by": actor,
             "moves": old.moves + 1,
             "last_reason": reason or None,
             "backoff": min(old.backoff + 1, MAX_DOUBLINGS) if back else 0,

@@ -9,19 +9,24 @@ cold move stopped between defining the VM on the target and undefining it on the
 off on both hosts with the same intent, its target copy is discarded (the source was not
 touched before the copy was verified) and the move recorded as failed on the source.
 
+Every intent names its actor (the acting command and its machine, or a holder's identity), and
+the record of a move says who made it. An intent of another actor that is still live (its VM in
+flight, or written within ``FOREIGN_LIVE``) is left alone, and ``foreign`` lists it: an actor
+that finds one does not act (``engine.round``), whatever its hold says.
+
 Records dated after ``limit`` (a clock gone wrong) are dropped rather than trusted.
 
 A move whose outcome reached the domain but whose record never reached the desired state (the
 reconciler was killed before its audit commit, or the commit failed) leaves placement.yaml
 naming the VM's old host. ``unrecorded_moves`` finds them, so the round records them late
-instead of reverting its own move as drift.
+instead of reverting its own move as drift, naming who made the move.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from reconciler.core import backoff
 from reconciler.model.desired import DesiredState
@@ -33,6 +38,11 @@ from reconciler.model.snapshot import (
     VmState,
 )
 from reconciler.model.status import MoveOutcome, MoveResult
+
+FOREIGN_LIVE = timedelta(minutes=10)
+"""How long another actor's intent on a VM seen on one host is taken for a move under way (the
+time between writing it and the VM showing on its target, or between the end and its record);
+older, it is a move its actor left behind, and resolved as any other."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,38 @@ def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapsho
     return snapshot.model_copy(update={"vms": vms}), lines
 
 
-def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resolution]]:
-    """``snapshot`` with every settled intent resolved, and the records to write for them."""
+def foreign(snapshot: Snapshot, actor: str | None, now: datetime) -> list[str]:
+    """The live intents of other actors than ``actor``, one line each: an intent naming
+    another actor whose VM is in flight (seen on two hosts), or that was written less than
+    ``FOREIGN_LIVE`` before ``now``. An intent naming no actor, or ``actor``, is never one."""
+    return sorted(set(_foreign(snapshot, actor, now).values()))
+
+
+def _foreign(snapshot: Snapshot, actor: str | None, now: datetime) -> dict[str, str]:
+    """VM name -> the line of its live intent of another actor (``foreign``)."""
+    seen: dict[str, int] = {}
+    for vm in snapshot.vms:
+        seen[vm.name] = seen.get(vm.name, 0) + 1
+    flying = {f.name for f in snapshot.in_flight} | {n for n, c in seen.items() if c > 1}
+    out: dict[str, str] = {}
+    for vm in snapshot.vms:
+        intent = vm.reconciler.intent
+        if intent is None or intent.actor is None or intent.actor == actor:
+            continue
+        if vm.name in flying or now - intent.started_at < FOREIGN_LIVE:
+            out[vm.name] = (
+                f"{intent.actor} is moving {vm.name} {intent.source} -> {intent.target} "
+                f"(since {intent.started_at.isoformat(timespec='seconds')})"
+            )
+    return out
+
+
+def resolved(
+    snapshot: Snapshot, now: datetime, actor: str | None = None
+) -> tuple[Snapshot, list[Resolution]]:
+    """``snapshot`` with every settled intent resolved, and the records to write for them; a
+    live intent of another actor than ``actor`` (``foreign``) is not settled."""
+    live = _foreign(snapshot, actor, now)
     sightings: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
         sightings.setdefault(vm.name, []).append(vm)
@@ -91,8 +131,8 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
             source = next(v for v in seen if v.host == half.host)
             replaced[(name, half.host)] = source.model_copy(update={"reconciler": half.state})
             continue
-        if len(seen) != 1 or name in in_flight:
-            continue  # in flight, or not seen: nothing is settled yet
+        if len(seen) != 1 or name in in_flight or name in live:
+            continue  # in flight, not seen, or another actor's move: nothing is settled yet
         vm = seen[0]
         intent = vm.reconciler.intent
         if intent is None:
@@ -106,6 +146,7 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
                 target=intent.target,
                 at=now,
                 plan_id=intent.plan_id,
+                actor=intent.actor,
             )
             summary = f"it runs on {intent.target}: moved from {intent.source}"
         elif vm.host == intent.source:
@@ -198,7 +239,8 @@ def unrecorded_moves(
                 target=vm.host,
                 outcome=MoveOutcome.SUCCEEDED,
                 reason="RecordedLate",
-                detail=f"moved at {r.last_moved_at.isoformat(timespec='seconds')}; "
+                detail=(f"moved by {r.last_moved_by} " if r.last_moved_by else "moved ")
+                + f"at {r.last_moved_at.isoformat(timespec='seconds')}; "
                 "its record was not written then",
                 started_at=r.last_moved_at,
             )

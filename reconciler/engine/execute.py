@@ -91,8 +91,11 @@ class Execution:
         abort: threading.Event,
         gate: Gate | None = None,
         on_event: Callable[[Event], None] = lambda e: None,
+        actor: str | None = None,
     ) -> None:
         self.desired = desired
+        self.actor = actor
+        """Who moves: written on every intent and every move's record."""
         self.view = AdmissionView(desired, snapshot)
         self.pending = _first_per_vm(moves)
         self.ports = ports
@@ -256,6 +259,7 @@ class Execution:
             target=m.target,
             started_at=started,
             reason=m.reason.value,
+            actor=self.actor,
         )
         try:
             self.ports.recorder.record(
@@ -349,6 +353,7 @@ class Execution:
                 target=m.target,
                 at=now,
                 plan_id=self.plan_id,
+                actor=self.actor,
             )
         else:
             host = r.running_on[0] if r.running_on else m.source

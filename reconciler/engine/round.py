@@ -166,6 +166,9 @@ class RoundOptions:
     """Told of every start, progress, end and skip of a move."""
     on_plan: Callable[[Plan, Snapshot], None] = _ignore
     """Told of the plan and the observation it was made from, before anything acts."""
+    actor: str | None = None
+    """Who acts (``run@kvm-admin-1``): named on every intent and move it writes; another
+    actor's live intent found on a VM keeps the round from acting."""
     instance: str = "reconciler"
     """Who acts, as the rollouts' records name it."""
 
@@ -307,7 +310,7 @@ def _round(
     sane, distrusted = intents.without_future_records(observed, now + rounds.SKEW_TOLERANCE)
     for line in distrusted:
         log.warning("ignoring a record dated in the future: %s", line)
-    snapshot, resolutions = intents.resolved(sane, now)
+    snapshot, resolutions = intents.resolved(sane, now, options.actor)
     found = duplicates.found(snapshot)
     if found:  # whatever made them: said, and none of them moves
         report.duplicates = found
@@ -365,6 +368,11 @@ def _round(
             + ")"
         )
         log.warning("not acting: %s", report.not_acting)
+    others = intents.foreign(snapshot, options.actor, now) if ready else []
+    if others:  # whatever the holds say, two actors never move VMs at once
+        ready = False
+        report.not_acting = "another actor is moving VMs of this cluster: " + "; ".join(others)
+        log.warning("not acting: %s", report.not_acting)
     if ready and options.confirm is not None and not options.confirm(plan):
         report.counted = False  # answered "no" (or a dry run): a look, nothing written
         return
@@ -398,6 +406,7 @@ def _round(
         abort=options.abort,
         gate=_gates(ports.hold, options.gate),
         on_event=options.on_event,
+        actor=options.actor,
     )
     report.results = execution.run()
 

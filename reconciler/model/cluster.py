@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Annotated, Literal
-
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from reconciler.model.base import (
     LABEL_KEY_PATTERN,
@@ -176,6 +175,67 @@ class Observe(Frozen):
     )
 
 
+ETCD_SCHEMES = ("etcd3+http", "etcd3+https")
+
+
+class ClusterHold(Frozen):
+    """How whoever acts on the cluster holds it, on any machine: the git lease of a state
+    repository, or a lease in etcd. Every acting command (apply, drain --apply, run) takes
+    this hold, plus the lock of the machine it runs on, or refuses."""
+
+    repository: str | None = Field(
+        default=None,
+        description="The state repository whose ref refs/reconciler/lease/<cluster> is the "
+        "lease (a URL or path git can push to; credentials come from RECONCILER_GIT_TOKEN or "
+        "git's own helpers, never from this file).",
+    )
+    etcd: str | None = Field(
+        default=None,
+        description="An etcd endpoint whose key reconciler/lease/<cluster> is the lease: "
+        "etcd3+http://HOST:2379 or etcd3+https://HOST:2379.",
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> ClusterHold:
+        if (self.repository is None) == (self.etcd is None):
+            raise ValueError(
+                "give exactly one of repository (a git lease) and etcd (an etcd lease)"
+            )
+        return self
+
+    @field_validator("repository", "etcd")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("must not be empty")
+        scheme, _, rest = value.partition("://")
+        user = rest.split("/", 1)[0].rpartition("@")[0] if rest else ""
+        if ":" in user or (user and scheme.lower() in ("http", "https")):
+            raise ValueError(
+                "holds a credential, and cluster.yaml goes into git; give the URL without one, "
+                "RECONCILER_GIT_TOKEN or git's credential helpers supply it"
+            )
+        return value
+
+    @field_validator("etcd")
+    @classmethod
+    def _etcd_url(cls, value: str | None) -> str | None:
+        if value is not None and value.partition("://")[0].lower() not in ETCD_SCHEMES:
+            raise ValueError(
+                f"{value!r} is not an etcd endpoint: write etcd3+http://HOST:2379 or "
+                "etcd3+https://HOST:2379"
+            )
+        return value
+
+    def describe(self) -> str:
+        """The hold as messages name it."""
+        if self.repository is not None:
+            return f"the git lease of {self.repository}"
+        return f"the etcd lease at {self.etcd}"
+
+
 class ClusterSpec(Frozen):
     defaults: Defaults = Field(default_factory=Defaults)
     hosts: list[Host] = Field(min_length=1, description="The hosts of this cluster.")
@@ -187,6 +247,12 @@ class ClusterSpec(Frozen):
         "gluster) never do.",
     )
     observe: Observe = Field(default_factory=Observe)
+    hold: ClusterHold | None = Field(
+        default=None,
+        description="How every acting command holds the cluster, besides its machine's lock "
+        "(none: the lock, or the hold the command is given: the git lease of --repo, "
+        "--coordination).",
+    )
 
 
 class ClusterMetadata(Metadata):
@@ -240,6 +306,7 @@ def effective_migration_limits(cluster: Cluster, host: Host) -> tuple[int, int]:
 __all__ = [
     "LABEL_KEY_PATTERN",
     "Cluster",
+    "ClusterHold",
     "ClusterMetadata",
     "ClusterSpec",
     "Defaults",

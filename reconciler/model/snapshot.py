@@ -111,6 +111,11 @@ class MoveIntent(Frozen):
     target: str
     started_at: AwareDatetime
     reason: str | None = Field(default=None, description="Why the move is made (Balance, ...).")
+    actor: str | None = Field(
+        default=None,
+        description="Who makes it: the acting command and its machine (run@kvm-admin-1), or "
+        "the holder's --identity. None: written before moves named their actor.",
+    )
 
 
 class ReconcilerState(Frozen):
@@ -127,6 +132,9 @@ class ReconcilerState(Frozen):
     last_moved_from: str | None = None
     last_moved_to: str | None = None
     last_plan_id: str | None = Field(default=None, description="The plan of the last move.")
+    last_moved_by: str | None = Field(
+        default=None, description="Who made the last move (its intent's actor), when known."
+    )
     moves: int = Field(default=0, ge=0, description="Moves made by the reconciler.")
     last_reason: str | None = Field(
         default=None, description="Why the last move was made (Balance, Drift, ...)."

@@ -19,6 +19,7 @@ from reconciler.model.snapshot import MoveIntent, ReconcilerState
 STATE = ReconcilerState(
     last_moved_at=datetime(2024, 5, 1, 22, 10, 3, tzinfo=UTC),
     last_moved_from="kvm-02",
+    last_moved_by="apply@ops-laptop",
     moves=3,
     last_reason="Balance",
     backoff=2,
@@ -27,6 +28,7 @@ STATE = ReconcilerState(
         target="kvm-02",
         started_at=datetime(2024, 5, 3, 2, tzinfo=UTC),
         reason="Balance",
+        actor="run@kvm-admin-1",
     ),
 )
 LABELS = {"app": "web", "tier": 'front & "edge" <1>'}

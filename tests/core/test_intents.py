@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from reconciler.core.intents import unrecorded_moves
+from reconciler.core.intents import foreign, unrecorded_moves
 from reconciler.model.snapshot import InFlight, MoveIntent, ReconcilerState, VmState
 from tests.core.builders import NOW, host_state, snapshot, vm
 
@@ -54,3 +54,30 @@ def test_a_vm_in_flight_seen_twice_or_with_an_intent_owes_nothing_yet() -> None:
     assert unrecorded_moves({"a": "h0"}, twice, BEFORE) == []
     intent = MoveIntent(plan_id="p", source="h1", target="h0", started_at=NOW)
     assert unrecorded_moves({"a": "h0"}, snapshot(HOSTS, [moved(intent=intent)]), BEFORE) == []
+
+
+def test_a_move_recorded_late_names_who_made_it() -> None:
+    [r] = unrecorded_moves(
+        {"a": "h0"}, snapshot(HOSTS, [moved(last_moved_by="apply@ops-laptop")]), BEFORE
+    )
+    assert r.detail.startswith("moved by apply@ops-laptop at ")
+    [unnamed] = unrecorded_moves({"a": "h0"}, snapshot(HOSTS, [moved()]), BEFORE)
+    assert unnamed.detail.startswith("moved at ")
+
+
+def test_another_actors_intent_is_live_while_in_flight_or_young() -> None:
+    intent = MoveIntent(
+        plan_id="p", source="h0", target="h1", started_at=NOW - timedelta(hours=1), actor="b"
+    )
+    old = vm("a", "h0").model_copy(update={"reconciler": ReconcilerState(intent=intent)})
+    assert foreign(snapshot(HOSTS, [old]), "me", NOW) == []  # left behind an hour ago
+    flying = snapshot(
+        HOSTS, [old, vm("a", "h1")], [InFlight(name="a", uuid="u", hosts=["h0", "h1"])]
+    )
+    assert foreign(flying, "me", NOW) == [
+        "b is moving a h0 -> h1 (since 2025-03-01T11:00:00+00:00)"
+    ]
+    young = intent.model_copy(update={"started_at": NOW - timedelta(minutes=1)})
+    fresh = old.model_copy(update={"reconciler": ReconcilerState(intent=young)})
+    assert len(foreign(snapshot(HOSTS, [fresh]), "me", NOW)) == 1
+    assert foreign(snapshot(HOSTS, [fresh]), "b", NOW) == []  # its own

@@ -425,3 +425,72 @@ def test_a_persons_change_to_the_same_entry_is_kept_and_reported() -> None:
     others = {r.vm: r.target for r in report.results if r.outcome is MoveOutcome.SUCCEEDED}
     others.pop(victim, None)
     assert all(source.placement[vm] == t for vm, t in others.items())
+
+
+# --- another actor's live intent --------------------------------------------------------------
+
+
+def foreign(fake: FakeCluster, *, actor: str | None, age: timedelta) -> None:
+    """vm0 carries an intent of ``actor``, written ``age`` ago, of a move h0 -> h2 that has
+    not shown on h2 yet."""
+    vm = fake.vms["vm0"]
+    vm.record = ReconcilerState(
+        intent=MoveIntent(
+            plan_id="p9",
+            source="h0",
+            target="h2",
+            started_at=fake.clock.now() - age,
+            actor=actor,
+        )
+    )
+
+
+def test_another_actors_live_intent_keeps_the_round_from_acting_and_is_left_alone() -> None:
+    fake = unbalanced()
+    foreign(fake, actor="apply@ops-laptop", age=timedelta(seconds=20))
+    d = desired(HOSTS, threshold=10)
+    report = run_round(d, ports(fake), RoundOptions(act=True, actor="run@kvm-admin-1"))
+    assert fake.migrations == []
+    assert report.not_acting == (
+        "another actor is moving VMs of this cluster: apply@ops-laptop is moving vm0 h0 -> h2 "
+        "(since 2025-03-01T11:59:40+00:00)"
+    )
+    assert fake.vms["vm0"].record.intent is not None, "not resolved: its actor may still act"
+
+
+@pytest.mark.parametrize(
+    ("actor", "age"),
+    [
+        ("run@kvm-admin-1", timedelta(seconds=20)),  # its own, from before a restart
+        (None, timedelta(seconds=20)),  # written before intents named their actor
+        ("apply@ops-laptop", timedelta(minutes=11)),  # left behind by an actor long gone
+    ],
+    ids=["own", "unnamed", "stale"],
+)
+def test_an_own_unnamed_or_stale_intent_is_resolved_and_the_round_acts(
+    actor: str | None, age: timedelta
+) -> None:
+    fake = unbalanced()
+    foreign(fake, actor=actor, age=age)
+    d = desired(HOSTS, threshold=10)
+    report = run_round(d, ports(fake), RoundOptions(act=True, actor="run@kvm-admin-1"))
+    assert report.not_acting is None
+    assert fake.migrations, "it acted"
+    assert fake.vms["vm0"].record.intent is None or fake.vms["vm0"].record.intent.actor == (
+        "run@kvm-admin-1"
+    )
+
+
+def test_intents_and_moves_name_their_actor() -> None:
+    fake = unbalanced()
+    d = desired(HOSTS, threshold=10)
+    seen: dict[str, MoveIntent | None] = {}
+    fake.on_migrate = lambda m: seen.update({m.vm: fake.vms[m.vm].record.intent})
+    report = run_round(d, ports(fake), RoundOptions(act=True, actor="drain@kvm-admin-2"))
+    moved = [r.vm for r in report.results if r.outcome is MoveOutcome.SUCCEEDED]
+    assert moved
+    for vm in moved:
+        intent = seen[vm]
+        assert intent is not None
+        assert intent.actor == "drain@kvm-admin-2"
+        assert fake.vms[vm].record.last_moved_by == "drain@kvm-admin-2"

@@ -134,6 +134,7 @@ def _parse_state(element: ET.Element) -> ReconcilerState:
         last_moved_from=element.get("lastMovedFrom") or None,
         last_moved_to=element.get("lastMovedTo") or None,
         last_plan_id=element.get("lastPlan") or None,
+        last_moved_by=element.get("lastMovedBy") or None,
         moves=moves,
         last_reason=element.get("lastReason") or None,
         backoff=_count(element, "backoff", 64),
@@ -165,6 +166,7 @@ def _parse_intent(element: ET.Element) -> MoveIntent | None:
         target=target,
         plan_id=element.get("plan") or None,
         reason=element.get("reason") or None,
+        actor=element.get("actor") or None,
     )
 
 
@@ -213,6 +215,7 @@ def render_metadata(
             ("lastMovedTo", state.last_moved_to),
             ("lastPlan", state.last_plan_id),
             ("lastReason", state.last_reason),
+            ("lastMovedBy", state.last_moved_by),
         )
         for attribute, text in optional:
             if text is not None:
@@ -242,6 +245,8 @@ def render_metadata(
             attrs.append(f'plan="{_attr(i.plan_id)}"')
         if i.reason is not None:
             attrs.append(f'reason="{_attr(i.reason)}"')
+        if i.actor is not None:
+            attrs.append(f'actor="{_attr(i.actor)}"')
         lines.append(f"  <{p}intent {' '.join(attrs)}/>")
     lines.append(f"</{p}vm>")
     return "\n".join(lines)
