@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Annotated, Literal
+
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from reconciler.model.base import (
