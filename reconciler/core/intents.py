@@ -7,7 +7,10 @@ its hold mid-move). It is resolved from the observation alone: the VM on the tar
 (its cooldown starts), on the source a failure, on both still in flight (left alone), except a
 cold move stopped between defining the VM on the target and undefining it on the source: shut
 off on both hosts with the same intent, its target copy is discarded (the source was not
-touched before the copy was verified) and the move recorded as failed on the source.
+touched before the copy was verified) and the move recorded as failed on the source; and a
+live move libvirt ended after its call failed (running on the target, left shut off and
+defined on the source): a move, the source's definition removed. A VM held by a post-copy,
+going on or failed, is left alone: ``post_copy_failures`` says what to do with a failed one.
 
 Records dated after ``limit`` (a clock gone wrong) are dropped rather than trusted.
 
@@ -22,8 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
     ReconcilerState,
@@ -32,6 +37,9 @@ from reconciler.model.snapshot import (
     VmState,
 )
 from reconciler.model.status import MoveOutcome, MoveResult
+
+POST_COPY_REASONS: Final = frozenset({"post-copy", "post-copy failed"})
+"""libvirt's state reasons of a VM held by a post-copy migration (running or paused)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,9 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
     replaced: dict[tuple[str, str], VmState] = {}
     halves: set[str] = set()
     for name, seen in sightings.items():
-        half = _half_cold_move(seen)
+        if any(v.state_reason in POST_COPY_REASONS for v in seen):
+            continue  # held by a post-copy, going on or failed: see post_copy_failures
+        half = _half_cold_move(seen) or _settled_live_move(seen, now)
         if half is not None:
             out.append(half)
             halves.add(name)
@@ -163,6 +173,82 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     return Resolution(
         source.name, source.uuid, source.host, state, summary, discard_on=intent.target
     )
+
+
+def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
+    """The resolution of a live move libvirt ended after its call had failed (a post-copy
+    whose source's daemon lost the target's, say): running on the target, shut off but still
+    defined on the source, both with the same intent. The move is recorded and the source's
+    leftover definition removed."""
+    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+        return None
+    intent = seen[0].reconciler.intent
+    if intent is None or seen[1].reconciler.intent != intent:
+        return None
+    by_host: dict[str, VmState] = {v.host: v for v in seen}
+    source, target = by_host.get(intent.source), by_host.get(intent.target)
+    if source is None or target is None:
+        return None
+    if source.state is not VmRunState.SHUTOFF or target.state is not VmRunState.RUNNING:
+        return None
+    old = target.reconciler
+    state = old.model_copy(
+        update={
+            "intent": None,
+            "last_moved_at": now,
+            "last_moved_from": intent.source,
+            "last_moved_to": intent.target,
+            "last_plan_id": intent.plan_id,
+            "moves": old.moves + 1,
+        }
+    )
+    summary = (
+        f"it runs on {intent.target}, its definition left shut off on {intent.source}: "
+        f"moved, the leftover definition removed"
+    )
+    return Resolution(
+        target.name, target.uuid, target.host, state, summary, discard_on=intent.source
+    )
+
+
+def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
+    """VMs a failed post-copy left split between two hosts (or paused on its source with the
+    rest of its memory gone), each with what a person must do. The reconciler neither resumes
+    such a VM on its source nor moves it; its migrator resumes a post-copy libvirt reports
+    failed on both hosts once, while the move runs."""
+    uris: dict[str, str] = {h.name: h.uri for h in snapshot.hosts}
+    reachable: set[str] = {h.name for h in snapshot.hosts if h.reachable}
+    by_name: dict[str, list[VmState]] = {}
+    for vm in snapshot.vms:
+        by_name.setdefault(vm.name, []).append(vm)
+    out: list[Unsatisfiable] = []
+    for name, seen in sorted(by_name.items()):
+        failed = [v for v in seen if v.state_reason == "post-copy failed"]
+        if not failed:
+            continue
+        intent = next((v.reconciler.intent for v in seen if v.reconciler.intent), None)
+        paused = next((v for v in failed if v.state is VmRunState.PAUSED), failed[0])
+        source = intent.source if intent is not None else paused.host
+        others = [v.host for v in seen if v.host != source]
+        target = intent.target if intent is not None else (others[0] if others else "?")
+        on_target = target in others
+        if on_target or target not in reachable:
+            todo = (
+                f"{name}'s memory is split between {source} (paused) and {target} by a failed "
+                f"post-copy; do not resume or start it on {source}; once both hosts answer, "
+                f"resume the migration: virsh -c {uris.get(source, source)} migrate --live "
+                f"--p2p --persistent --undefinesource --postcopy --postcopy-resume {name} "
+                f"{uris.get(target, target)}"
+            )
+        else:
+            todo = (
+                f"{name} is paused on {source} by a failed post-copy and {target} no longer "
+                f"holds it: the memory it had fetched is lost; restart it on {source} (virsh -c "
+                f"{uris.get(source, source)} destroy {name}; virsh -c {uris.get(source, source)} "
+                f"start {name}), it boots afresh; never resume it"
+            )
+        out.append(Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[name], message=todo))
+    return out
 
 
 def unrecorded_moves(

@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
-from reconciler.core import headroom
+from reconciler.core import convergence, headroom, intents
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
+from reconciler.core.capacity import VmInfo
+from reconciler.core.feasibility import EPSILON
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
-from reconciler.core.mandatory import fixed_reason, plan_mandatory
+from reconciler.core.mandatory import Mandatory, fixed_reason, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
 from reconciler.core.vm_facts import balance_hold
 from reconciler.core.waves import assign_waves
 from reconciler.model.base import HostName, VmName
+from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import (
@@ -40,7 +43,7 @@ from reconciler.model.plan import (
     UnsatisfiableCode,
 )
 from reconciler.model.policy import Drift
-from reconciler.model.snapshot import Snapshot, VmState
+from reconciler.model.snapshot import MigrationClass, Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
 """Balance moves planned per round (moves plus deferred): at most this many batches..."""
@@ -80,11 +83,11 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     max_unit = min(spec.parallel.cluster, spec.batch)
     mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift, max_unit)
     steps: list[Step] = list(mandatory.steps)
+    mandatory_state = state.copy()
 
     movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
     rounds: dict[str, int] = {}
     goals: list[ArchGoal] = []
-    max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
     for arch, hosts in model.arches.items():
         # Over when observed so, or when this plan's mandatory moves would make it so: the
         # next round would otherwise balance what this one could have.
@@ -92,18 +95,15 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
         balancing = over and rounds[arch] >= spec.hold_rounds
         goals.append(ArchGoal(arch, hosts, balancing, float(spec.threshold)))
-        if balancing:
-            settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
-            found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
-            max_balance -= len(found)
-            steps.extend(found)
-    optimal: bool | None = None
-    if not mandatory.problems and max_unit >= 1:
-        drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
-        steps, optimal = improve(before, state, steps, goals, movable.__getitem__, drift)
-        state = before.copy()
-        for s in steps:
-            state.move(s.vm, s.target)
+    # A guest that would not converge is never moved for balance; one that needs help only
+    # when no guest that converges on its own fixes the same imbalance (core.convergence).
+    calm, helped = busy_guests(model, desired, movable)
+    balance = _Balance(model, before, mandatory, goals, desired)
+    steps, optimal, state = balance.run(state, steps, calm)
+    if helped is not calm and balance.excess(state) > EPSILON:
+        more = balance.run(mandatory_state, list(mandatory.steps), helped)
+        if balance.excess(more[2]) < balance.excess(state) - EPSILON:
+            steps, optimal, state = more
     reserve = headroom.keeping_reserve(
         before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
     )
@@ -126,13 +126,20 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     ]
 
     waves = assign_waves(steps, model, spec.parallel.cluster)
-    moves = [_move(model, step, wave) for step, wave in zip(steps, waves, strict=True)]
+    hosts_by_name = {h.name: h for h in desired.cluster.spec.hosts}
+    moves = [
+        _move(model, step, wave, desired, hosts_by_name)
+        for step, wave in zip(steps, waves, strict=True)
+    ]
     placement = dict(desired.placement.spec.vms)
     placement.update(mandatory.adopted)
     for m in moves:
         placement[m.vm] = m.target
     problems = _dedupe(
-        mandatory.problems + _headroom(model, before, state, steps, desired) + _held(model, reserve)
+        mandatory.problems
+        + _headroom(model, before, state, steps, desired)
+        + _held(model, reserve)
+        + intents.post_copy_failures(snapshot)
     )
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
@@ -246,12 +253,95 @@ def _balance_movable(
     return out
 
 
-def _move(model: Model, step: Step, wave: int) -> Move:
+class _Balance:
+    """The balance moves after the mandatory ones, for one choice of the VMs that may move."""
+
+    def __init__(
+        self,
+        model: Model,
+        before: State,
+        mandatory: Mandatory,
+        goals: list[ArchGoal],
+        desired: DesiredState,
+    ) -> None:
+        self.model, self.before, self.mandatory = model, before, mandatory
+        self.goals, self.desired = goals, desired
+
+    def run(
+        self, state: State, steps: list[Step], eligible: Sequence[bool]
+    ) -> tuple[list[Step], bool | None, State]:
+        """The steps (``steps`` and balance moves of the VMs ``eligible`` for them), whether
+        they are proven optimal, and the state they lead to; ``state`` is changed."""
+        spec = self.desired.policy.spec
+        max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
+        for goal in self.goals:
+            if goal.balancing:
+                settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
+                found = plan_balance(state, goal.arch, goal.hosts, eligible.__getitem__, settings)
+                max_balance -= len(found)
+                steps.extend(found)
+        optimal: bool | None = None
+        if not self.mandatory.problems and min(spec.parallel.cluster, spec.batch) >= 1:
+            before = self.before
+            drift = (
+                _drift_targets(self.model, before, self.desired)
+                if spec.drift is Drift.REVERT
+                else {}
+            )
+            steps, optimal = improve(before, state, steps, self.goals, eligible.__getitem__, drift)
+            state = before.copy()
+            for s in steps:
+                state.move(s.vm, s.target)
+        return steps, optimal, state
+
+    def excess(self, state: State) -> float:
+        """How far the balancing architectures stay over their threshold, in points."""
+        return sum(
+            max(0.0, spread_of(state, g.hosts) - g.threshold) for g in self.goals if g.balancing
+        )
+
+
+def busy_guests(
+    model: Model, desired: DesiredState, movable: list[bool]
+) -> tuple[list[bool], list[bool]]:
+    """``movable`` less the guests that need help to converge, and less the guests that would
+    not converge even with the help allowed (the same list when there are none of either)."""
+    calm, helped = movable, movable
+    for vm in model.vms:
+        if vm.dirty_rate is None or not movable[vm.index]:
+            continue
+        allow = convergence.allowed(desired, None, vm.migration_class, _copied(vm))
+        guess = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
+        if not convergence.needs_help(guess):
+            continue
+        if calm is movable:
+            calm, helped = list(movable), list(movable)
+        calm[vm.index] = False
+        helped[vm.index] = guess.converges
+    return calm, helped
+
+
+def _disk(vm: VmInfo) -> int:
+    return vm.disk_bytes if vm.migration_class is MigrationClass.COPY else 0
+
+
+def _copied(vm: VmInfo) -> int:
+    return vm.memory + _disk(vm)
+
+
+def _move(
+    model: Model, step: Step, wave: int, desired: DesiredState, hosts: Mapping[str, Host]
+) -> Move:
     vm = model.vms[step.vm]
+    target = model.hosts[step.target].name
+    forecast = None
+    if vm.dirty_rate is not None and vm.migration_class in convergence.LIVE:
+        allow = convergence.allowed(desired, hosts.get(target), vm.migration_class, _copied(vm))
+        forecast = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
     return Move(
         vm=VmName(vm.name),
         source=HostName(model.hosts[step.source].name),
-        target=HostName(model.hosts[step.target].name),
+        target=HostName(target),
         memory=vm.memory,
         vcpus=vm.vcpus,
         reason=step.reason,
@@ -262,6 +352,7 @@ def _move(model: Model, step: Step, wave: int) -> Move:
         disks=list(vm.disks),
         disk_bytes=vm.disk_bytes,
         copy_bytes=vm.copy_bytes,
+        convergence=forecast,
     )
 
 
