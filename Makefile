@@ -5,14 +5,16 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# prometheus: promtool and a Prometheus server for tests/deploy (each test starts its own on a
-# free loopback port with a temporary config; the package's own service is neither needed nor
-# touched). systemd: systemd-analyze for the unit's security score.
-APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev libvirt-clients \
+# prometheus: promtool and a Prometheus server for tests/deploy and `lab up --metrics` (each
+# starts its own on a free loopback port with a config of its own; the package's own service is
+# neither needed nor touched). prometheus-libvirt-exporter: one per lab host under --metrics.
+# libc6-dev: the static C library the workload guests' /init is compiled against; cpio: the
+# tests read the guests' initrd with it. systemd: systemd-analyze for the unit's security score.
+APT_PACKAGES := python3-venv python3-dev gcc libc6-dev pkg-config libvirt-dev libvirt-clients \
 	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git etcd-server \
-	prometheus systemd
+	prometheus prometheus-libvirt-exporter cpio systemd
 
-.PHONY: demo test setup system-packages lint check clean mutation
+.PHONY: demo test setup system-packages lab-guest lint check clean mutation
 
 system-packages:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -24,6 +26,10 @@ system-packages:
 	if echo $$missing | grep -qw etcd-server && [ -d /run/systemd/system ]; then \
 	  echo "etcd-server is only needed for its binary (tests start their own): disabling the etcd service it started"; \
 	  $(SUDO) systemctl disable --now etcd.service || true; \
+	fi; \
+	if echo $$missing | grep -qw prometheus-libvirt-exporter && [ -d /run/systemd/system ]; then \
+	  echo "prometheus-libvirt-exporter is only needed for its binary (the lab starts its own): disabling its service"; \
+	  $(SUDO) systemctl disable --now prometheus-libvirt-exporter.service || true; \
 	fi
 
 $(VENV)/.installed: pyproject.toml | system-packages
@@ -32,13 +38,26 @@ $(VENV)/.installed: pyproject.toml | system-packages
 	$(PY) -m pip install -q -e '.[dev,libvirt]'
 	touch $@
 
+# Setup also makes the workload guests' kernel and initrd (`lab up --workload`) once, into the
+# cache ~/.cache/reconciler/lab-guest: Debian's cloud kernel package, fetched with apt-get
+# download (from Debian's package lists, which apt-get update fetches), and /init compiled with
+# gcc -static. Where that cannot be done, setup says why and goes on; `make lab-guest` fails.
 setup: system-packages $(VENV)/.installed
+	@$(VENV)/bin/reconciler lab guest || \
+	  echo "the lab's workload guests cannot be made here (see above); everything else can"
 
-# The lab needs root and libvirtd; where it cannot start, libvirt's test driver stands in.
-# `plan` exits 2 when it proposes changes: that is the demo's expected outcome.
+lab-guest: setup
+	$(VENV)/bin/reconciler lab guest
+
+# The lab's VMs are workload guests that keep kvm-01 busy, watched by a Prometheus (`lab status`
+# says where). It needs root and libvirtd: where workload guests cannot start, firmware VMs stand
+# in, and where no lab can, libvirt's test driver. `plan` exits 2 when it proposes changes: that
+# is the demo's expected outcome.
 demo: setup
 	$(VENV)/bin/reconciler validate cluster-state/
-	$(VENV)/bin/reconciler lab up --recreate || $(VENV)/bin/reconciler lab up --recreate --driver test
+	$(VENV)/bin/reconciler lab up --recreate --workload --metrics || \
+	  $(VENV)/bin/reconciler lab up --recreate || \
+	  $(VENV)/bin/reconciler lab up --recreate --driver test
 	$(VENV)/bin/reconciler observe
 	$(VENV)/bin/reconciler plan --state-dir .lab/state; [ $$? -ne 1 ]
 	@# live migration needs the real lab; the test driver cannot migrate

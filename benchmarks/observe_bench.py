@@ -1,7 +1,7 @@
 """How long observing a cluster takes, against a plain libvirt loop measured in the same run.
 
 Run: ``.venv/bin/python benchmarks/observe_bench.py [--hosts 1000] [--vms 27] [--rounds 3]
-[--no-lab]``
+[--no-lab] [--no-busy] [--no-hung] [--no-memory]``
 
 Scenarios:
 - ``baseline``: a plain single-thread libvirt-python loop over the test-driver hosts: one open,
@@ -17,6 +17,11 @@ Scenarios:
   cut off at the connect timeout (2 s), all at the same time.
 - ``lab`` (root, libvirtd and QEMU needed): the real 3-host lab with 8 VMs.
 - ``lab + slow``: the lab with kvm-01 behind a proxy that delays every request by 50 ms.
+- ``memory``: the loop and the observer of the same hosts, each in a fresh process: peak
+  resident memory of the process (and of the observer's worker processes), what it holds
+  after with the snapshot alive, and the start. Bound: the observer's peak above its start at
+  most ``MEMORY_BOUND`` times what the snapshot it returns holds (its models, and little else
+  at any moment).
 
 For each: wall time, the slowest host's time and the sum of all hosts' times (time spent
 waiting for the host's answers), and libvirt calls per host.
@@ -26,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import resource
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +53,12 @@ from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster, ClusterSpec, Host
 from reconciler.model.snapshot import Snapshot
+
+TARGET_RATIO = 1.0
+"""The observer's wall time over the loop's, median of the rounds."""
+MEMORY_BOUND = 1.10
+"""The observer's peak above its start over what its snapshot holds above the start."""
+MIB = 1024**2
 
 
 @contextlib.contextmanager
@@ -218,6 +231,78 @@ def busy_machine(per_core: int = 2) -> Iterator[int]:
             proc.join()
 
 
+def _vm_kib(key: str) -> int:
+    """A ``/proc/self/status`` figure in KiB (VmRSS: now, VmHWM: the peak so far)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def memory_one(which: str, cluster_json: Path) -> dict[str, float]:
+    """Run in a fresh process: the loop or the observer once, its memory in MiB."""
+    cluster = Cluster.model_validate_json(cluster_json.read_text())
+    start = _vm_kib("VmRSS") / 1024
+    if which == "loop":
+        vms = baseline(cluster)[2]
+    else:
+        snap = observe_cluster(cluster)
+        vms = len(snap.vms)
+    held = _vm_kib("VmRSS") / 1024  # the snapshot still alive
+    peak = _vm_kib("VmHWM") / 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"start": start, "peak": peak, "held": held, "workers": workers, "vms": vms}
+
+
+def memory(cluster_json: Path, hosts: int, vms: int) -> tuple[list[list[str]], list[str]]:
+    """The loop's and the observer's memory, each in a process of its own."""
+    rows, notes = [], []
+    figures = {}
+    for which in ("loop", "observer"):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-one", which]
+        out = subprocess.run(
+            [*cmd, str(cluster_json)], capture_output=True, text=True, check=True
+        ).stdout
+        figures[which] = m = json.loads(out.strip().splitlines()[-1])
+        rows.append(
+            [
+                f"memory: {which} {hosts}x{vms}",
+                f"start {m['start']:.0f}",
+                f"peak {m['peak']:.0f}",
+                f"held {m['held']:.0f}",
+                f"workers {m['workers']:.0f}" if which == "observer" else "",
+            ]
+        )
+    obs = figures["observer"]
+    kept = obs["held"] - obs["start"]
+    ratio = (obs["peak"] - obs["start"]) / kept if kept > 0 else float("inf")
+    per_vm = (obs["peak"] - obs["start"]) * 1024 / max(1, obs["vms"])
+    notes.append(
+        f"memory (MiB): observer peak {obs['peak']:.0f} (start {obs['start']:.0f}, snapshot held "
+        f"{obs['held']:.0f}, workers' peak {obs['workers']:.0f}), loop peak "
+        f"{figures['loop']['peak']:.0f}; {per_vm:.1f} KiB a VM at the peak; peak/held above "
+        f"the start {ratio:.2f} (bound <= {MEMORY_BOUND:.2f}) -> "
+        f"{'PASS' if ratio <= MEMORY_BOUND else 'FAIL'}"
+    )
+    return rows, notes
+
+
+def hung_hosts(cluster: Cluster, base: Path) -> list[str]:
+    """200 of the hosts and 3 that accept a connection and never answer."""
+    share = ClusterSpec(hosts=cluster.spec.hosts[:200])
+    small = cluster.model_copy(update={"spec": share})
+    with contextlib.ExitStack() as stack:
+        hung = [
+            Host(name=f"hung-{i}", uri=stack.enter_context(silent_socket(base / f"hung{i}")))
+            for i in range(3)
+        ]
+        return run(
+            f"  {len(share.hosts)} hosts + 3 hung (connect timeout 2s)",
+            with_hosts(small, hung),
+            connect_timeout=2,
+        )[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--hosts", type=int, default=1000)
@@ -227,12 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--one-core-rounds", type=int, default=3, help="baseline/observer pairs on one CPU"
     )
+    parser.add_argument("--no-busy", action="store_true", help="skip the busy-machine run")
+    parser.add_argument("--no-hung", action="store_true", help="skip the hung-hosts run")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory runs")
+    parser.add_argument("--memory-one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_one:
+        print(json.dumps(memory_one(args.memory_one[0], Path(args.memory_one[1]))))
+        return 0
     rows: list[list[str]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="obs-bench-") as tmp:
         base = Path(tmp)
         cluster = libvirt_lab.write_node_files(base / "nodes", args.hosts, args.vms)
+        cluster_json = base / "cluster.json"
+        cluster_json.write_text(cluster.model_dump_json())
         ratios = []
         for i in range(args.rounds):
             plain, plain_cpu, vms = baseline(cluster)
@@ -243,34 +337,28 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             ratios.append(wall / plain)
             notes.append(f"round {i + 1}: observer/baseline {wall / plain:.2f}x")
+        median = statistics.median(ratios)
         notes.append(
-            f"observer/baseline, median of {args.rounds} rounds: {statistics.median(ratios):.2f}x"
-            f" (target <= 1.2x)"
+            f"observer/baseline, median of {args.rounds} rounds: {median:.2f}x"
+            f" (target <= {TARGET_RATIO:.1f}x) -> {'PASS' if median <= TARGET_RATIO else 'FAIL'}"
         )
         if args.one_core_rounds:
             notes.extend(one_core(rows, cluster, args.one_core_rounds, f"{args.hosts}x{args.vms}"))
-        with busy_machine() as spinners:
-            row, _ = run(
-                f"  busy ({spinners} spinning processes), timeouts 3s",
-                cluster,
-                call_timeout=3,
-                connect_timeout=3,
-            )
-            rows.append(row)
-        share = ClusterSpec(hosts=cluster.spec.hosts[:200])
-        small = cluster.model_copy(update={"spec": share})
-        with contextlib.ExitStack() as stack:
-            hung = [
-                Host(name=f"hung-{i}", uri=stack.enter_context(silent_socket(base / f"hung{i}")))
-                for i in range(3)
-            ]
-            rows.append(
-                run(
-                    f"  {len(share.hosts)} hosts + 3 hung (connect timeout 2s)",
-                    with_hosts(small, hung),
-                    connect_timeout=2,
-                )[0]
-            )
+        if not args.no_memory:
+            mem_rows, mem_notes = memory(cluster_json, args.hosts, args.vms)
+            rows.extend(r + [""] * 3 for r in mem_rows)
+            notes.extend(mem_notes)
+        if not args.no_busy:
+            with busy_machine() as spinners:
+                row, _ = run(
+                    f"  busy ({spinners} spinning processes), timeouts 3s",
+                    cluster,
+                    call_timeout=3,
+                    connect_timeout=3,
+                )
+                rows.append(row)
+        if not args.no_hung:
+            rows.append(hung_hosts(cluster, base))
         if not args.no_lab:
             try:
                 lab = libvirt_lab.start_lab(base / "lab")

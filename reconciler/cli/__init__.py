@@ -1,11 +1,14 @@
 """The composition root: parses arguments, builds adapters, calls engine or core, prints.
 
-The only package that prints or picks exit codes; one module per command. Exit codes: 0
-success, 1 error (bad input, failed validation, unreachable world), 2 usage error. Commands
-that answer a question with their exit code use 2 for an answer and exit 1 on usage errors:
-``plan`` follows ``terraform plan -detailed-exitcode`` (0 no changes, 2 changes, 1 error),
-``place`` exits 0 when a host fits, 2 when none does, 1 on error. ``apply`` exits 3 when some
-moves failed or were skipped, 130/143 when interrupted by SIGINT/SIGTERM.
+The only package that prints or picks exit codes; one module per command. Each command's
+handler parses its ``argparse.Namespace`` once into a frozen request (``requests.py`` has the
+parts) and passes only that on. Exit codes: 0 success, 1 error (bad input, failed validation,
+unreachable world), 2 usage error. Commands that answer a question with their exit code use 2
+for an answer and exit 1 on usage errors: ``plan`` follows ``terraform plan
+-detailed-exitcode`` (0 no changes, 2 changes, 1 error), ``place`` exits 0 when a host fits, 2
+when none does, ``drain`` 2 when moves are planned, ``propose`` 2 when a proposal is open,
+``impact`` 2 on a difference. ``apply`` exits 3 when some moves failed or were skipped, 130/143
+when interrupted by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The one acting path, built in the composition root: a desired-state source, one hold per
-cluster, the round's ports.
+"""The one acting path, built in the composition root from a command's request alone.
 
-Every command that moves VMs (``apply``, ``drain --apply``, ``run`` in every mode) builds
-these three from its arguments here, and nothing else: the source reads the folder or the
-state repository and records what a round did (placement edit or audit commit); the hold is
-the git lease with ``--repo``, etcd with ``--coordination``, else a lock keyed by the cluster
-itself (its name and hosts), so two state directories on one machine cannot both act.
+Every command that moves VMs (``apply``, ``drain --apply``, ``run`` in every mode) parses its
+flags into an ``ActRequest`` (``cli/requests.py``) and hands it to ``ActingPath``, which builds
+from it, and nothing else: the desired-state source (the folder, or the state repository's
+branch; it also takes what a round did: a placement edit or an audit commit), the hold on the
+cluster (the git lease with ``--repo``, etcd with ``--coordination``, else a lock keyed by the
+cluster itself, its name and hosts, so two state directories on one machine cannot both act),
+the round's ports over libvirt, and the round.
 """
 
 from __future__ import annotations
@@ -21,19 +22,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler import config
-from reconciler.cli.common import DEFAULT_REPO_FOLDER, cluster_folder, status_store
+from reconciler.cli.common import status_store
+from reconciler.cli.desired import open_source
+from reconciler.cli.requests import ActRequest, HoldKind, default_actor
 from reconciler.errors import TerminalError
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan, Reason
 from reconciler.model.policy import Basis
 
 if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
+    import threading
+
+    from reconciler.engine.execute import Event, Gate
     from reconciler.engine.leadership import LeaseKeeper
-    from reconciler.engine.ports import DesiredSource, Hold
+    from reconciler.engine.ports import Hold, Loaded
     from reconciler.engine.recovery import Recovery
-    from reconciler.engine.round import RoundPorts
+    from reconciler.engine.round import RoundPorts, RoundReport
+    from reconciler.engine.sources import FolderSource, RepoSource
     from reconciler.engine.triggers import Wakeup
+    from reconciler.model.snapshot import Snapshot
 
 COORDINATION_ENV = "RECONCILER_COORDINATION"
 YES_HELP = "act without asking for confirmation (drain: with --apply)"
@@ -44,10 +51,6 @@ RENEW_DEADLINE = 10.0
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-
-def default_actor() -> str:
-    return os.environ.get("RECONCILER_ACTOR") or f"reconciler@{socket.gethostname()}"
 
 
 def lock_timeout(text: str) -> float:
@@ -63,6 +66,16 @@ def lock_timeout(text: str) -> float:
     return seconds
 
 
+def add_coordination_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--coordination",
+        default=os.environ.get(COORDINATION_ENV) or None,
+        metavar="URL",
+        help="hold the cluster through a coordination service instead of the git lease or "
+        f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${COORDINATION_ENV})",
+    )
+
+
 def add_hold_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lock-timeout",
@@ -72,13 +85,7 @@ def add_hold_arguments(p: argparse.ArgumentParser) -> None:
         help="when another command or instance holds the cluster, wait up to this long for it "
         "(e.g. 30s, 5m) instead of exiting 1 at once",
     )
-    p.add_argument(
-        "--coordination",
-        default=os.environ.get(COORDINATION_ENV) or None,
-        metavar="URL",
-        help="hold the cluster through a coordination service instead of the git lease or "
-        f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${COORDINATION_ENV})",
-    )
+    add_coordination_argument(p)
 
 
 def add_actor_argument(p: argparse.ArgumentParser) -> None:
@@ -90,196 +97,209 @@ def add_actor_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_source(args: argparse.Namespace, *, actor: str | None = None) -> DesiredSource:
-    """The folder, or the state repository's branch with ``--repo``."""
-    if getattr(args, "repo", None):
-        # imported here: only commands with --repo need the git adapter
+class ActingPath:
+    """The acting path of one request: its source, its hold, the round's ports and the round.
+
+    ``source`` is opened here and loaded by the command (once, or before every round of
+    ``run``); the hold is built per cluster once the desired state names it.
+    """
+
+    def __init__(self, request: ActRequest) -> None:
+        from reconciler.adapters.files.status import default_state_dir
+
+        self.request = request
+        self.source: FolderSource | RepoSource = open_source(request.source)
+        self.state_dir: Path = request.state_dir or default_state_dir()
+
+    def hold(
+        self,
+        desired: DesiredState,
+        *,
+        wakeup: Wakeup | None = None,
+        round_stop: threading.Event | None = None,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> LeaseKeeper:
+        """The hold on ``desired``'s cluster, not yet taken."""
+        import threading
+
+        from reconciler.adapters.files.lock import FileLease, cluster_lock_path
+        from reconciler.engine.leadership import LeaseKeeper
+        from reconciler.engine.triggers import Wakeup
+
+        cluster = desired.cluster.metadata.name
+        hold, command = self.request.hold, self.request.command
+        identity = hold.identity or _identity(command)
+        lease: Any
+        if hold.kind is HoldKind.ETCD and hold.url is not None:
+            from reconciler.adapters.etcd.lease import ToozLease
+
+            lease = ToozLease(hold.url, cluster, identity=identity)
+        elif hold.kind is HoldKind.GIT_LEASE and hold.url is not None:
+            from reconciler.adapters.git.lease import GitLease
+
+            lease = GitLease(
+                hold.url, cluster, self.state_dir / cluster / "lease.git", identity=identity
+            )
+        else:
+            hosts = [(h.name, h.uri) for h in desired.cluster.spec.hosts]
+            lease = FileLease(cluster_lock_path(cluster, hosts), command=command)
+        return LeaseKeeper(
+            lease,
+            wakeup or Wakeup(),
+            round_stop if round_stop is not None else threading.Event(),
+            retry_period=RETRY_PERIOD,
+            renew_deadline=RENEW_DEADLINE,
+            on_change=on_change,
+        )
+
+    def take(self, keeper: LeaseKeeper, cluster: str) -> None:
+        """Take the hold, waiting up to the request's timeout; TerminalError naming the
+        holder (exit 1)."""
+        timeout = self.request.hold.timeout
+        if keeper.acquire(timeout):
+            return
+        who = keeper.holder() or "an unknown holder"
+        waited = f" (waited {timeout:g} s)" if timeout else ""
+        raise TerminalError(
+            f"cluster {cluster!r} is held by {who}{waited}",
+            hint="wait for it to finish, or pass --lock-timeout DURATION to wait for it; "
+            "a holder that died gives the cluster up by itself",
+        )
+
+    @contextlib.contextmanager
+    def ports(self, desired: DesiredState, *, hold: Hold | None) -> Iterator[RoundPorts]:
+        """The real adapters behind the round's ports; libvirt is imported only here.
+
+        The observer, the migrator and the recorder share one connection per host, opened on
+        first use and closed when the ``with`` block ends (the command, or one round of
+        ``run``).
+        """
+        from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+        from reconciler.adapters.libvirt.connection import ConnectionSettings
+        from reconciler.adapters.libvirt.leftovers import Leftovers
+        from reconciler.adapters.libvirt.migrator import LibvirtMigrator
+        from reconciler.adapters.libvirt.observe_host import KEEPALIVE_COUNT
+        from reconciler.adapters.libvirt.observer import observe_settings
+        from reconciler.adapters.libvirt.pool import ConnectionPool
+        from reconciler.adapters.libvirt.recorder import LibvirtRecorder
+        from reconciler.engine.round import RoundPorts
+
+        overrides = self.request.observe.overrides()
+        if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
+            # on basis allocated no decision reads a CPU reading: no pause for a second sample
+            overrides["sample_interval"] = 0
+        observe = observe_settings(
+            desired.cluster,
+            **{k: v for k, v in overrides.items() if k in ("connect_timeout", "call_timeout")},
+        )
+        # the observer's timeouts for every connection: keepalive fails a call on a host that
+        # stopped answering within about the call timeout, as the observer's own connections do
+        settings = ConnectionSettings(
+            connect_timeout=observe.connect_timeout,
+            keepalive_interval=max(1, round(observe.call_timeout / (KEEPALIVE_COUNT + 1))),
+            keepalive_count=KEEPALIVE_COUNT,
+        )
+        pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
+        cluster = desired.cluster.metadata.name
+        # kept across restarts: volumes a failed disk move left on a host that did not answer
+        leftovers = Leftovers(self.state_dir / cluster / "leftover-volumes.json")
+        try:
+            yield RoundPorts(
+                observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+                migrator=LibvirtMigrator(
+                    desired,
+                    connection=settings,
+                    pool=pool,
+                    leftovers=leftovers,
+                    shared_paths=self.request.observe.shared_paths,
+                ),
+                recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
+                status=status_store(self.state_dir, cluster),
+                clock=SystemClock(),
+                source=self.source,
+                hold=hold,
+            )
+        finally:
+            pool.close()
+
+    def round(
+        self,
+        loaded: Loaded,
+        ports: RoundPorts,
+        *,
+        act: bool,
+        holds: bool,
+        trigger: str,
+        merge: bool,
+        confirm: Callable[[Plan], bool],
+        stop: threading.Event,
+        abort: threading.Event,
+        gate: Gate | None = None,
+        on_event: Callable[[Event], None] = lambda e: None,
+        on_plan: Callable[[Plan, Snapshot], None] = lambda p, s: None,
+    ) -> RoundReport:
+        """One round on what ``loaded`` read; ``trigger`` is what started it, ``merge`` that a
+        change of the desired state asked for its moves (for the audit commit's trigger)."""
+        from reconciler.engine.round import RoundOptions, run_round
+
+        options = RoundOptions(
+            act=act,
+            holds=holds,
+            trigger=trigger,
+            revision=loaded.revision,
+            placement_changed_at=loaded.placement_changed_at,
+            audit_trigger=self.audit_trigger(trigger, merge=merge),
+            confirm=confirm,
+            gate=gate,
+            stop=stop,
+            abort=abort,
+            on_event=on_event,
+            on_plan=on_plan,
+        )
+        return run_round(loaded.desired, ports, options)
+
+    def audit_trigger(self, round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:
+        """The Reconciler-Trigger of a round's audit commit: the request's, else told by the
+        plan; a manual round says manual unless it drains or follows a merge."""
+        chosen = self.request.trigger
+        pick = audit_trigger(round_trigger, merge=merge)
+
+        def trigger(plan: Plan) -> str:
+            if chosen is not None:
+                return chosen
+            found = pick(plan)
+            if round_trigger == "manual" and found not in ("maintenance", "merge"):
+                return "manual"
+            return found
+
+        return trigger
+
+    def recovery(self, desired: DesiredState, on_fence: Callable[[str, str], None]) -> Recovery:
+        """Dead-host recovery over libvirt, the fence commands and the state directory (and,
+        for a repository, the definitions recorded on its observed branch)."""
+        from reconciler.adapters.files.recovery import FileRecoveryStore
+        from reconciler.adapters.git.observations import ObservedBranch
         from reconciler.adapters.git.repo import GitStateRepo
-        from reconciler.engine.sources import RepoSource
+        from reconciler.adapters.libvirt.restarter import LibvirtRestarter
+        from reconciler.adapters.processes.fence import CommandFencer
+        from reconciler.engine.recovery import Recovery, RecoveryPorts
 
-        repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
-        folder = str(args.path) if args.path is not None else DEFAULT_REPO_FOLDER
-        return RepoSource(
-            repo,
-            branch=getattr(args, "branch", "main"),
-            folder=folder,
-            read=config.load_desired,
-            actor=actor or getattr(args, "actor", None) or default_actor(),
-            audit_branch=getattr(args, "audit_branch", None),
-            display=repo.display_url,
+        cluster = desired.cluster.metadata.name
+        repo = getattr(self.source, "repo", None)  # a repository source: its observed branch
+        ports = RecoveryPorts(
+            fencer=CommandFencer(),
+            restarter=LibvirtRestarter(desired.cluster),
+            store=FileRecoveryStore(cluster, self.state_dir),
+            clock=SystemClock(),
+            source=self.source,
+            observed=ObservedBranch(repo, cluster) if isinstance(repo, GitStateRepo) else None,
+            on_fence=lambda host, outcome: on_fence(host, outcome.value),
         )
-    from reconciler.adapters.files.text import TextFile
-    from reconciler.engine.sources import FolderSource
-
-    path = cluster_folder(args.path)
-    return FolderSource(path, read=config.load_desired, placement=TextFile(path / "placement.yaml"))
-
-
-def build_hold(
-    args: argparse.Namespace,
-    desired: DesiredState,
-    *,
-    command: str,
-    state_dir: Path | None = None,
-    wakeup: Wakeup | None = None,
-    round_stop: Any = None,
-    on_change: Any = None,
-) -> LeaseKeeper:
-    """The hold on ``desired``'s cluster for ``command``, not yet taken."""
-    import threading
-
-    from reconciler.adapters.files.lock import FileLease, cluster_lock_path
-    from reconciler.adapters.files.status import default_state_dir
-    from reconciler.engine.leadership import LeaseKeeper
-    from reconciler.engine.triggers import Wakeup
-
-    cluster = desired.cluster.metadata.name
-    identity = getattr(args, "identity", None)
-    lease: Any
-    coordination = getattr(args, "coordination", None)
-    if coordination:
-        lease = _tooz_lease(coordination, cluster, identity, command)
-    elif getattr(args, "repo", None):
-        from reconciler.adapters.git.lease import GitLease
-
-        base = state_dir or getattr(args, "state_dir", None) or default_state_dir()
-        lease = GitLease(
-            args.repo,
-            cluster,
-            base / cluster / "lease.git",
-            identity=identity or _identity(command),
-        )
-    else:
-        hosts = [(h.name, h.uri) for h in desired.cluster.spec.hosts]
-        lease = FileLease(cluster_lock_path(cluster, hosts), command=command)
-    return LeaseKeeper(
-        lease,
-        wakeup or Wakeup(),
-        round_stop if round_stop is not None else threading.Event(),
-        retry_period=RETRY_PERIOD,
-        renew_deadline=RENEW_DEADLINE,
-        on_change=on_change,
-    )
+        return Recovery(cluster, ports)
 
 
 def _identity(command: str) -> str:
     return f"{command}@{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
-
-
-def _tooz_lease(url: str, cluster: str, identity: str | None, command: str) -> Any:
-    from reconciler.adapters.etcd.lease import ToozLease
-
-    return ToozLease(url, cluster, identity=identity or _identity(command))
-
-
-def take_hold(keeper: LeaseKeeper, cluster: str, timeout: float) -> None:
-    """Take the hold, waiting up to ``timeout``; TerminalError naming the holder (exit 1)."""
-    if keeper.acquire(timeout):
-        return
-    who = keeper.holder() or "an unknown holder"
-    waited = f" (waited {timeout:g} s)" if timeout else ""
-    raise TerminalError(
-        f"cluster {cluster!r} is held by {who}{waited}",
-        hint="wait for it to finish, or pass --lock-timeout DURATION to wait for it; "
-        "a holder that died gives the cluster up by itself",
-    )
-
-
-@contextlib.contextmanager
-def round_ports(
-    args: argparse.Namespace,
-    desired: DesiredState,
-    *,
-    source: DesiredSource | None,
-    hold: Hold | None,
-    state_dir: Path | None = None,
-) -> Iterator[RoundPorts]:
-    """The real adapters behind the round's ports; libvirt is imported only here.
-
-    The observer, the migrator and the recorder share one connection per host, opened on
-    first use and closed when the ``with`` block ends (the command, or one round of ``run``).
-    """
-    from reconciler.adapters.files.status import default_state_dir
-    from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
-    from reconciler.adapters.libvirt.connection import ConnectionSettings
-    from reconciler.adapters.libvirt.leftovers import Leftovers
-    from reconciler.adapters.libvirt.migrator import LibvirtMigrator
-    from reconciler.adapters.libvirt.observe_host import KEEPALIVE_COUNT
-    from reconciler.adapters.libvirt.observer import observe_settings
-    from reconciler.adapters.libvirt.pool import ConnectionPool
-    from reconciler.adapters.libvirt.recorder import LibvirtRecorder
-    from reconciler.cli.common import observe_overrides
-    from reconciler.engine.round import RoundPorts
-
-    if state_dir is not None:
-        args = argparse.Namespace(**{**vars(args), "state_dir": state_dir})
-    overrides = observe_overrides(args)
-    if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
-        # on basis allocated no decision reads a CPU reading: no pause for a second sample
-        overrides["sample_interval"] = 0
-    observe = observe_settings(
-        desired.cluster,
-        **{k: v for k, v in overrides.items() if k in ("connect_timeout", "call_timeout")},
-    )
-    # the observer's timeouts for every connection: keepalive fails a call on a host that
-    # stopped answering within about the call timeout, as the observer's own connections do
-    settings = ConnectionSettings(
-        connect_timeout=observe.connect_timeout,
-        keepalive_interval=max(1, round(observe.call_timeout / (KEEPALIVE_COUNT + 1))),
-        keepalive_count=KEEPALIVE_COUNT,
-    )
-    pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
-    base = getattr(args, "state_dir", None) or default_state_dir()
-    # kept across restarts: volumes a failed disk move left on a host that did not answer
-    leftovers = Leftovers(base / desired.cluster.metadata.name / "leftover-volumes.json")
-    try:
-        yield RoundPorts(
-            observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
-            migrator=LibvirtMigrator(
-                desired,
-                connection=settings,
-                pool=pool,
-                leftovers=leftovers,
-                shared_paths=overrides.get("shared_paths", ()),
-            ),
-            recorder=LibvirtRecorder(desired.cluster, connection=settings, pool=pool),
-            status=status_store(args, desired.cluster.metadata.name),
-            clock=SystemClock(),
-            source=source,
-            hold=hold,
-        )
-    finally:
-        pool.close()
-
-
-def build_recovery(
-    desired: DesiredState,
-    *,
-    state_dir: Path | None,
-    source: DesiredSource | None,
-    on_fence: Callable[[str, str], None],
-) -> Recovery:
-    """Dead-host recovery over libvirt, the fence commands and the state directory (and, for
-    a repository, the definitions recorded on its observed branch)."""
-    from reconciler.adapters.files.recovery import FileRecoveryStore
-    from reconciler.adapters.git.observations import ObservedBranch
-    from reconciler.adapters.git.repo import GitStateRepo
-    from reconciler.adapters.libvirt.restarter import LibvirtRestarter
-    from reconciler.adapters.processes.fence import CommandFencer
-    from reconciler.engine.recovery import Recovery, RecoveryPorts
-
-    cluster = desired.cluster.metadata.name
-    repo = getattr(source, "repo", None)  # a repository source: its observed branch too
-    ports = RecoveryPorts(
-        fencer=CommandFencer(),
-        restarter=LibvirtRestarter(desired.cluster),
-        store=FileRecoveryStore(cluster, state_dir),
-        clock=SystemClock(),
-        source=source,
-        observed=ObservedBranch(repo, cluster) if isinstance(repo, GitStateRepo) else None,
-        on_fence=lambda host, outcome: on_fence(host, outcome.value),
-    )
-    return Recovery(cluster, ports)
 
 
 def recover(
@@ -363,12 +383,3 @@ def audit_trigger(round_trigger: str, *, merge: bool) -> Callable[[Plan], str]:
         return "schedule"
 
     return pick
-
-
-def source_folder(source: DesiredSource) -> Path:
-    """The folder a folder source reads (for watching it)."""
-    from reconciler.engine.sources import FolderSource
-
-    if not isinstance(source, FolderSource):
-        raise TypeError("not a folder source")
-    return source.folder

@@ -1,44 +1,36 @@
 """``reconciler apply``: observe, plan, show, confirm, then live-migrate within every limit.
 
 ``apply`` acts whatever the policy's ``mode`` (the mode governs what ``run`` does on its own).
-Exit codes: 0 everything done or nothing to do; 3 some moves failed, were skipped as stale,
-or the run was interrupted; 1 error (nothing moved); 130/143 interrupted by SIGINT/SIGTERM.
+Exit codes: 0 everything done or nothing to do; 3 some moves failed or were skipped as stale,
+a person's placement change was kept, or the record was not written; 1 error; 130/143
+interrupted by SIGINT/SIGTERM. The flags become one ``ApplyRequest`` here; the round is
+``applying.Applying``'s, shared with ``drain --apply``.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from reconciler.cli import acting, apply_view
+from reconciler.cli import acting, requests
+from reconciler.cli.applying import Applying
 from reconciler.cli.common import (
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_PARTIAL,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
     Subparsers,
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
     add_state_dir_argument,
 )
-from reconciler.cli.signals import Signals
-from reconciler.errors import ReconcilerError, TerminalError
-from reconciler.model.plan import Plan
-from reconciler.model.status import TRIGGERS, MoveOutcome
-
-if TYPE_CHECKING:
-    from reconciler.engine.round import RoundReport
+from reconciler.model.status import TRIGGERS
 
 APPLY_EPILOG = """\
 exit codes:
   0    every planned move done, or nothing to do
-  3    some moves failed, were skipped as stale, or the run was interrupted
-  1    error: invalid cluster folder, no host observed, another apply holds the lock
+  3    some moves failed or were skipped as stale; or they are done but a person changed
+       the same placement entries meanwhile (kept), or the record could not be written
+  1    error: invalid cluster folder, no host observed, the cluster never observed
+       completely yet while moves were planned (nothing moved), the cluster held by another
+       command or instance, no terminal to ask on and no --yes (nothing read or held)
   130  interrupted by SIGINT (143: SIGTERM): running migrations were let finish, none started
 
 A first SIGINT/SIGTERM starts nothing more and lets the running migrations end; a second one
@@ -84,126 +76,30 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def _confirm(args: argparse.Namespace, plan: Plan, signals: Signals) -> bool:
-    signals.acting = _asked(args, plan)
-    return signals.acting
+@dataclass(frozen=True)
+class ApplyRequest:
+    acting: requests.ActRequest
+    json_output: bool
 
 
-def _asked(args: argparse.Namespace, plan: Plan) -> bool:
-    if args.dry_run:
-        return False
-    if args.yes:
-        return True
-    if not sys.stdin.isatty():
-        raise TerminalError(
-            "apply asks for confirmation, but stdin is not a terminal",
-            hint="pass --yes to apply without asking, or --dry-run to only show the plan",
-        )
-    print(f"Apply {len(plan.moves)} migration(s)? [y/N] ", end="", file=sys.stderr, flush=True)
-    return sys.stdin.readline().strip().lower() in ("y", "yes")
-
-
-def _partial(report: RoundReport) -> bool:
-    failed = any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results)
-    return failed or bool(report.conflicts) or report.record_error is not None
+def request(args: argparse.Namespace) -> ApplyRequest:
+    """Refused here, before anything is read or held, when it could not be confirmed."""
+    confirmation = requests.confirmation_of(args, dry_run=True)
+    source = requests.source_of(args, actor=True, audit_branch=True)
+    return ApplyRequest(
+        acting=requests.ActRequest(
+            command="apply",
+            source=source,
+            hold=requests.hold_of(args, source, waits=True),
+            observe=requests.observe_of(args),
+            state_dir=args.state_dir,
+            confirmation=confirmation,
+            trigger=args.trigger,
+        ),
+        json_output=args.format == "json",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_once(args)[0]
-
-
-def _trigger(args: argparse.Namespace, merge: bool) -> Callable[[Plan], str]:
-    """Reconciler-Trigger: --trigger, else maintenance for drains, merge for a merge commit."""
-    chosen: str | None = args.trigger
-    pick = acting.audit_trigger("manual", merge=merge)
-
-    def trigger(plan: Plan) -> str:
-        if chosen is not None:
-            return chosen
-        found = pick(plan)
-        return found if found in ("maintenance", "merge") else "manual"
-
-    return trigger
-
-
-def run_once(args: argparse.Namespace, host: str | None = None) -> tuple[int, int, int]:
-    """One apply round: (exit code, VMs moved, VMs still on ``host`` per the observation)."""
-    from reconciler.engine.round import RoundOptions, run_round
-
-    source = acting.build_source(args)
-    loaded = source.load()
-    desired = loaded.desired
-    name = desired.cluster.metadata.name
-    signals = Signals(interrupt_before_acting=True)
-    view = apply_view.View(json_output=args.format == "json", placement=desired.placement.spec.vms)
-    keeper = None
-    if not args.dry_run:  # a look holds nothing; acting holds the cluster from plan to record
-        keeper = acting.build_hold(args, desired, command="apply")
-        acting.take_hold(keeper, name, args.lock_timeout)
-    try:
-        with signals.installed():
-            with acting.round_ports(args, desired, source=source, hold=keeper) as ports:
-                try:
-                    report = run_round(
-                        desired,
-                        ports,
-                        RoundOptions(
-                            act=True,
-                            holds=not args.dry_run,
-                            trigger="manual",
-                            revision=loaded.revision,
-                            placement_changed_at=loaded.placement_changed_at,
-                            audit_trigger=_trigger(args, loaded.merge),
-                            confirm=lambda plan: _confirm(args, plan, signals),
-                            stop=signals.stop,
-                            abort=signals.abort,
-                            on_event=view.event,
-                            on_plan=view.plan,
-                        ),
-                    )
-                except (ReconcilerError, KeyboardInterrupt):
-                    view.close()
-                    if signals.received == signal.SIGTERM:
-                        return EXIT_SIGTERM, 0, 0
-                    raise
-            view.close()
-    finally:
-        if keeper is not None:
-            keeper.stop()
-    view.summary(report)
-    if report.recorded and args.format != "json":
-        print(
-            f"recorded as {report.recorded[:12] if loaded.revision else report.recorded} "
-            f"in {source.describe()}"
-        )
-    for line in report.conflicts:
-        print(f"conflict: {line}", file=sys.stderr)
-    if report.record_error is not None:
-        print(
-            f"error: the moves are done, but their record was not written: "
-            f"{report.record_error.message}",
-            file=sys.stderr,
-        )
-    moved = sum(r.outcome is MoveOutcome.SUCCEEDED for r in report.results)
-    left = 0
-    if host is not None and report.snapshot is not None:
-        left = sum(v.host == host for v in report.snapshot.vms) - sum(
-            r.source == host for r in report.results if r.outcome is MoveOutcome.SUCCEEDED
-        )
-    if signals.received is not None:
-        code = EXIT_SIGTERM if signals.received == signal.SIGTERM else EXIT_SIGINT
-    elif report.not_acting is not None:
-        print(f"error: nothing was moved: {report.not_acting}", file=sys.stderr)
-        code = EXIT_ERROR
-    elif (
-        report.results
-        and any(r.outcome is not MoveOutcome.SUCCEEDED for r in report.results)
-        or report.conflicts
-        or report.record_error is not None
-    ):
-        code = EXIT_PARTIAL
-    elif report.error is not None:
-        code = EXIT_ERROR
-    else:
-        code = EXIT_OK
-    return code, moved, left
+    asked = request(args)
+    return Applying(asked.acting, json_output=asked.json_output).once().code

@@ -1,5 +1,6 @@
 """What every command shares: exit codes, argument types, the cluster folder, live observation,
-the status store, error printing."""
+the status store, error printing. Nothing here reads an ``argparse.Namespace``: commands parse
+theirs into a request first (``cli/requests.py``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reconciler import config
 from reconciler.adapters.files import history as history_file
 from reconciler.adapters.files import snapshot as snapshot_file
 from reconciler.adapters.files.status import FileStatusStore
-from reconciler.adapters.files.text import TextFile
+from reconciler.cli.requests import ForgeRequest, ObserveOverrides, RepoRequest
+from reconciler.engine.observed import require_observed
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
 from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
@@ -32,7 +33,8 @@ EXIT_CHANGES = 2
 EXIT_NO_FIT = 2
 """``place``: the answer is that no host fits the new VM."""
 EXIT_PARTIAL = 3
-"""``apply``: some moves failed, were skipped as stale, or the run was interrupted."""
+"""``apply``: some moves failed or were skipped as stale, a person's placement change was kept
+over the round's, or the record could not be written (interrupted: 130/143)."""
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -186,18 +188,6 @@ def add_observe_overrides(p: argparse.ArgumentParser) -> None:
     )
 
 
-def observe_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in ("connect_timeout", "call_timeout", "sample_interval"):
-        value = getattr(args, name, None)
-        if value is not None:
-            out[name] = value
-    shared = getattr(args, "shared_path", None)
-    if shared:
-        out["shared_paths"] = shared
-    return out
-
-
 def observe_live(cluster: Cluster, **overrides: Any) -> Snapshot:
     """Observe ``cluster`` live; libvirt is imported here: validate and offline plans need none."""
     try:
@@ -210,16 +200,6 @@ def observe_live(cluster: Cluster, **overrides: Any) -> Snapshot:
         ) from err
     snapshot: Snapshot = libvirt_observer.observe_cluster(cluster, **overrides)
     return snapshot
-
-
-def require_observation(snapshot: Snapshot) -> None:
-    """Nothing can be planned when no host answered: an error naming each host's error."""
-    if snapshot.hosts and not any(h.reachable for h in snapshot.hosts):
-        lines = "; ".join(f"{h.name}: {h.error or 'unreachable'}" for h in snapshot.hosts)
-        raise TerminalError(
-            f"no host of cluster {snapshot.cluster!r} could be observed ({lines})",
-            hint="check that libvirtd runs on the hosts and that their URIs are reachable",
-        )
 
 
 def add_snapshot_argument(p: argparse.ArgumentParser) -> None:
@@ -242,8 +222,9 @@ def add_state_dir_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def status_store(args: argparse.Namespace, cluster: str) -> FileStatusStore:
-    return FileStatusStore(cluster, getattr(args, "state_dir", None))
+def status_store(state_dir: Path | None, cluster: str) -> FileStatusStore:
+    """``<state dir>/<cluster>/status.json`` (state dir None: $XDG_STATE_HOME/reconciler)."""
+    return FileStatusStore(cluster, state_dir)
 
 
 def check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: str) -> None:
@@ -265,9 +246,6 @@ def check_snapshot_matches(desired: DesiredState, snapshot: Snapshot, source: st
             f"{source} has hosts that are not in cluster {name!r}: {', '.join(unknown)}",
             hint="add them to the Cluster document, or take a new snapshot of this cluster",
         )
-
-
-DEFAULT_REPO_FOLDER = "cluster-state"
 
 
 FORGES = ("github", "gitea", "gitlab")
@@ -302,11 +280,11 @@ def add_forge_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) ->
     )
 
 
-def forge_of(args: argparse.Namespace) -> str:
+def forge_of(given: str | None) -> str:
     """The forge to use: --forge, else $RECONCILER_FORGE, else github with a token, else none."""
     import os
 
-    chosen = getattr(args, "forge", None) or os.environ.get(FORGE_ENV)
+    chosen = given or os.environ.get(FORGE_ENV)
     if chosen:
         if chosen not in (*FORGES, "none"):
             raise ConfigError(
@@ -357,14 +335,14 @@ class StateCheckout:
     """The files of ``commit`` (read them, never write them)."""
 
 
-def checkout_state(args: argparse.Namespace) -> StateCheckout:
-    """Fetch ``--repo`` and check out the head of ``--branch``; the commit is recorded."""
+def checkout_state(request: RepoRequest) -> StateCheckout:
+    """Fetch the repository and check out the head of its branch; the commit is recorded."""
     # imported here: only commands with --repo need the git adapter
     from reconciler.adapters.git.repo import GitStateRepo
 
-    repo = GitStateRepo(args.repo, cache_dir=getattr(args, "cache_dir", None))
+    repo = GitStateRepo(request.url, cache_dir=request.cache_dir)
     repo.fetch()
-    branch: str = getattr(args, "branch", "main")
+    branch = request.branch
     commit = repo.head(branch)
     if commit is None:
         raise ConfigError(
@@ -372,7 +350,7 @@ def checkout_state(args: argparse.Namespace) -> StateCheckout:
             hint="pass the branch that holds the cluster folders with --branch",
         )
     tree = repo.checkout(commit)
-    rel = PurePosixPath(str(args.path) if args.path is not None else DEFAULT_REPO_FOLDER)
+    rel = PurePosixPath(request.path)
     if rel.is_absolute() or ".." in rel.parts:
         raise ConfigError(
             f"PATH {rel} must be a folder inside the repository",
@@ -387,40 +365,57 @@ def checkout_state(args: argparse.Namespace) -> StateCheckout:
     return StateCheckout(repo, branch, commit, folder, str(rel), tree)
 
 
-def load_desired(args: argparse.Namespace) -> DesiredState:
-    """The desired state from PATH, or from the cluster folder of --repo at --branch's head
-    (the checkout is kept on ``args.state_checkout`` for the commit it came from)."""
-    if getattr(args, "repo", None):
-        checkout = checkout_state(args)
-        args.state_checkout = checkout
-        return config.load_desired(checkout.folder)
-    return config.load_desired(cluster_folder(args.path))
-
-
-def placement_changed_at(args: argparse.Namespace) -> datetime | None:
-    """When the placement.yaml that ``load_desired`` read last changed (commit or file time)."""
-    checkout: StateCheckout | None = getattr(args, "state_checkout", None)
-    if checkout is not None:
-        return checkout.repo.changed_at(checkout.commit, f"{checkout.path}/placement.yaml")
-    return TextFile(cluster_folder(args.path) / "placement.yaml").modified_at()
-
-
-def snapshot_for(args: argparse.Namespace, desired: DesiredState) -> Snapshot:
+def snapshot_for(
+    desired: DesiredState, *, snapshot: Path | None, observe: ObserveOverrides
+) -> Snapshot:
     """The saved snapshot given with --snapshot, else a live observation of every host."""
-    if getattr(args, "snapshot", None) is not None:
-        snapshot = snapshot_file.load_snapshot(args.snapshot)
-        source = f"snapshot {args.snapshot}"
+    if snapshot is not None:
+        taken = snapshot_file.load_snapshot(snapshot)
+        source = f"snapshot {snapshot}"
     else:
-        snapshot = observe_live(desired.cluster, **observe_overrides(args))
+        taken = observe_live(desired.cluster, **observe.overrides())
         source = "the observed snapshot"
-    check_snapshot_matches(desired, snapshot, source)
-    require_observation(snapshot)
-    return snapshot
+    check_snapshot_matches(desired, taken, source)
+    require_observed(taken)
+    return taken
 
 
-def history_for(args: argparse.Namespace, cluster: str) -> tuple[History, ReconcileStatus | None]:
+def history_for(
+    cluster: str, *, history: Path | None, state_dir: Path | None
+) -> tuple[History, ReconcileStatus | None]:
     """The planner's History: from --history FILE, else from the status store, else empty."""
-    if getattr(args, "history", None) is not None:
-        return history_file.load_history(args.history), None
-    status = status_store(args, cluster).load()
+    if history is not None:
+        return history_file.load_history(history), None
+    status = status_store(state_dir, cluster).load()
     return (status.history() if status is not None else History()), status
+
+
+def open_forge_of(forge: ForgeRequest, repo_url: str | None) -> Any:
+    """The forge named by --forge (None for --forge none); the token from the environment, the
+    project from --forge-project, else the last two parts of the repository's URL."""
+    import os
+
+    name = forge_of(forge.name)
+    if name == "none":
+        return None
+    from reconciler.adapters.forges.clients import open_forge
+
+    token = os.environ.get(FORGE_TOKEN_ENV)
+    if not token:
+        raise ConfigError(
+            f"--forge {name} needs a token in ${FORGE_TOKEN_ENV}",
+            hint=f"export {FORGE_TOKEN_ENV}=... (a token that may write pull requests), "
+            "or use --forge none to only push the branch",
+        )
+    project = forge.project or (project_of(repo_url) if repo_url else None)
+    if project is None:
+        raise ConfigError("cannot tell the forge project", hint="pass --forge-project")
+    return open_forge(name, project=project, token=token, api_url=forge.url)
+
+
+def project_of(url: str) -> str | None:
+    """``https://h/infra/state.git`` -> ``infra/state``."""
+    import re
+
+    parts = [x for x in re.split(r"[/:]", url.removesuffix(".git")) if x]
+    return "/".join(parts[-2:]) if len(parts) >= 2 else None

@@ -8,6 +8,10 @@ With ``--repo`` the edit is a commit on the branch (``Reconciler-Trigger: mainte
 with ``--propose`` a branch ``reconciler/maintenance/<cluster>/<host>`` and its pull request.
 Either way the folder as it would be after the edit is validated first: nothing invalid is
 ever written.
+
+Exit codes: as ``plan`` without ``--apply`` (0 nothing to move, 2 moves planned), as ``apply``
+with it; usage errors exit 1 (2 would read as "moves planned"). ``drain --apply`` without
+``--yes`` and off a terminal is refused before the edit: it changes nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import argparse
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.cli import apply, plan
+from reconciler.cli import requests
 from reconciler.cli.acting import YES_HELP, add_actor_argument, add_hold_arguments
+from reconciler.cli.applying import Applying
 from reconciler.cli.common import (
-    DEFAULT_REPO_FOLDER,
     EXIT_OK,
     Subparsers,
     add_forge_arguments,
@@ -29,9 +34,29 @@ from reconciler.cli.common import (
     add_repo_arguments,
     add_state_dir_argument,
     cluster_folder,
+    open_forge_of,
+    usage_errors_exit_1,
 )
+from reconciler.cli.planning import PlanRequest, show_plan
 from reconciler.config import Severity, format_finding, load_desired, validate_folder
 from reconciler.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MaintenanceEdit:
+    """The edit of ``drain`` and ``undrain``: where, which host, committed or proposed."""
+
+    host: str
+    source: requests.SourceRequest
+    propose: bool
+    forge: requests.ForgeRequest
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    edit: MaintenanceEdit
+    evacuation: requests.ActRequest | PlanRequest
+    """With --apply, executed round after round; without it, its plan shown."""
 
 
 def register(sub: Subparsers) -> None:
@@ -41,7 +66,7 @@ def register(sub: Subparsers) -> None:
         description="Set maintenance: true on HOST in cluster.yaml with a minimal edit, show the "
         "plan that empties it, and with --apply execute it, round after round within batch and "
         "every limit, until the host is empty or a round moves nothing (exit codes as apply; "
-        "without --apply as plan: 0 nothing to move, 2 moves planned).",
+        "without --apply as plan: 0 nothing to move, 2 moves planned, 1 error or usage error).",
     )
     undrain = sub.add_parser(
         "undrain",
@@ -69,24 +94,48 @@ def register(sub: Subparsers) -> None:
         add_actor_argument(p)
     d.add_argument("--apply", action="store_true", help="execute the evacuation")
     d.add_argument("--yes", action="store_true", help=YES_HELP)
-    d.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
-    d.add_argument("--format", default="text", help=argparse.SUPPRESS)
     add_state_dir_argument(d)
     add_observe_overrides(d)
     add_hold_arguments(d)
-    d.set_defaults(handler=run_drain, trigger="maintenance", audit_branch=None)
+    usage_errors_exit_1(d)
+    d.set_defaults(handler=run_drain)
     undrain.set_defaults(handler=run_undrain)
 
 
-def _set(args: argparse.Namespace, maintenance: bool) -> bool:
-    """Edit cluster.yaml, after checking that the edited folder is still valid."""
-    if args.repo:
-        return _set_in_repo(args, maintenance)
-    if args.propose:
+def edit_request(args: argparse.Namespace) -> MaintenanceEdit:
+    source = requests.source_of(args, actor=True)
+    if args.propose and not isinstance(source, requests.RepoRequest):
         raise ConfigError("--propose needs --repo URL", hint="pass the state repository's URL")
+    return MaintenanceEdit(args.host, source, args.propose, requests.forge_request_of(args))
+
+
+def request(args: argparse.Namespace) -> DrainRequest:
+    """Refused here, before the edit, when --apply could not be confirmed."""
+    edit = edit_request(args)
+    observe = requests.observe_of(args)
+    if not args.apply:
+        return DrainRequest(
+            edit, PlanRequest(source=edit.source, observe=observe, state_dir=args.state_dir)
+        )
+    acting = requests.ActRequest(
+        command="drain",
+        source=edit.source,
+        hold=requests.hold_of(args, edit.source, waits=True),
+        observe=observe,
+        state_dir=args.state_dir,
+        confirmation=requests.confirmation_of(args),
+        trigger="maintenance",
+    )
+    return DrainRequest(edit, acting)
+
+
+def _set(edit: MaintenanceEdit, maintenance: bool) -> bool:
+    """Edit cluster.yaml, after checking that the edited folder is still valid."""
+    if isinstance(edit.source, requests.RepoRequest):
+        return _set_in_repo(edit, edit.source, maintenance)
     from reconciler.adapters.files.text import rewrite_file
 
-    folder = cluster_folder(args.path)
+    folder = cluster_folder(edit.source.path)
     path = folder / "cluster.yaml"
     try:
         text = path.read_text(encoding="utf-8")
@@ -94,12 +143,12 @@ def _set(args: argparse.Namespace, maintenance: bool) -> bool:
         raise ConfigError(
             f"cannot read {path}: {err.strerror}", hint="give the cluster folder as PATH"
         ) from err
-    edited = _edited(folder, text, args.host, maintenance)
+    edited = _edited(folder, text, edit.host, maintenance)
     if edited != text:
-        _refuse_if_invalid(folder, path.name, edited, args.host, maintenance)
+        _refuse_if_invalid(folder, path.name, edited, edit.host, maintenance)
         rewrite_file(path, lambda _: edited)
     state = "in maintenance" if maintenance else "out of maintenance"
-    print(f"{args.host} is {state}" + ("" if edited != text else " already"), file=sys.stderr)
+    print(f"{edit.host} is {state}" + ("" if edited != text else " already"), file=sys.stderr)
     return edited != text
 
 
@@ -116,64 +165,67 @@ def _edited(folder: Path, text: str, host: str, maintenance: bool) -> str:
         ) from err
 
 
-def _set_in_repo(args: argparse.Namespace, maintenance: bool) -> bool:
-    """The edit as a commit on --branch, or as a proposal branch and its pull request."""
+def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: bool) -> bool:
+    """The edit as a commit on the branch, or as a proposal branch and its pull request."""
     from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.engine.audit import ACTOR_TRAILER, TRIGGER_TRAILER
     from reconciler.errors import PushRejected
 
-    repo = GitStateRepo(args.repo, cache_dir=args.cache_dir)
-    rel = str(args.path) if args.path is not None else DEFAULT_REPO_FOLDER
+    repo = GitStateRepo(at.url, cache_dir=at.cache_dir)
+    rel, host = at.path, edit.host
     verb = "drain" if maintenance else "undrain"
     for _ in range(5):
         repo.fetch()
-        head = repo.head(args.branch)
+        head = repo.head(at.branch)
         if head is None:
             raise ConfigError(
-                f"{repo.display_url} has no branch {args.branch!r}", hint="pass --branch"
+                f"{repo.display_url} has no branch {at.branch!r}", hint="pass --branch"
             )
         folder = repo.checkout(head) / rel
         text = repo.show(head, f"{rel}/cluster.yaml")
         if text is None:
             raise ConfigError(
-                f"{repo.display_url} has no {rel}/cluster.yaml at {args.branch}",
+                f"{repo.display_url} has no {rel}/cluster.yaml at {at.branch}",
                 hint="pass the cluster folder inside the repository as PATH",
             )
-        edited = _edited(folder, text, args.host, maintenance)
+        edited = _edited(folder, text, host, maintenance)
         state = "in maintenance" if maintenance else "out of maintenance"
         if edited == text:
-            print(f"{args.host} is {state} already", file=sys.stderr)
+            print(f"{host} is {state} already", file=sys.stderr)
             return False
-        _refuse_if_invalid(folder, "cluster.yaml", edited, args.host, maintenance)
+        _refuse_if_invalid(folder, "cluster.yaml", edited, host, maintenance)
         cluster = load_desired(folder).cluster.metadata.name
-        message = f"Maintenance: {verb} {args.host} of cluster {cluster}"
-        trailers = {TRIGGER_TRAILER: "maintenance", ACTOR_TRAILER: args.actor}
+        message = f"Maintenance: {verb} {host} of cluster {cluster}"
+        trailers = {
+            TRIGGER_TRAILER: "maintenance",
+            ACTOR_TRAILER: at.actor or requests.default_actor(),
+        }
         commit = repo.commit_files(
             parent=head, files={f"{rel}/cluster.yaml": edited}, message=message, trailers=trailers
         )
-        branch = f"reconciler/maintenance/{cluster}/{args.host}" if args.propose else args.branch
+        branch = f"reconciler/maintenance/{cluster}/{host}" if edit.propose else at.branch
         try:
-            repo.push(branch, commit, expected=repo.head(branch) if args.propose else head)
+            repo.push(branch, commit, expected=repo.head(branch) if edit.propose else head)
         except PushRejected:
             continue  # someone pushed first: edit their head again
-        if args.propose:
-            _open_proposal(args, branch, message)
-            print(f"{args.host}: {verb} proposed on {branch} ({commit[:12]})", file=sys.stderr)
+        if edit.propose:
+            _open_proposal(edit.forge, at, branch, message)
+            print(f"{host}: {verb} proposed on {branch} ({commit[:12]})", file=sys.stderr)
         else:
-            print(f"{args.host} is {state} ({commit[:12]} on {args.branch})", file=sys.stderr)
+            print(f"{host} is {state} ({commit[:12]} on {at.branch})", file=sys.stderr)
         return True
-    raise PushRejected(f"{args.branch} kept moving: the {verb} was not recorded")
+    raise PushRejected(f"{at.branch} kept moving: the {verb} was not recorded")
 
 
-def _open_proposal(args: argparse.Namespace, branch: str, message: str) -> None:
-    from reconciler.cli.propose import open_forge_of
-
-    forge = open_forge_of(args)
+def _open_proposal(
+    forge_request: requests.ForgeRequest, at: requests.RepoRequest, branch: str, message: str
+) -> None:
+    forge = open_forge_of(forge_request, at.url)
     if forge is None:
         return
     try:
         if forge.find_open(branch) is None:
-            forge.create(head=branch, base=args.branch, title=message, body=message)
+            forge.create(head=branch, base=at.branch, title=message, body=message)
     finally:
         forge.disconnect()
 
@@ -216,20 +268,26 @@ empty or a round moves nothing; this bounds it."""
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    _set(args, True)
-    if args.apply:
-        args.format = "text"
-        code = EXIT_OK
-        for _ in range(MAX_DRAIN_ROUNDS):
-            code, moved, left = apply.run_once(args, host=args.host)
-            if code != EXIT_OK or not moved or not left:
-                break
-            print(f"{args.host} still runs {left} VM(s): next round", file=sys.stderr)
-        return code
-    args.snapshot, args.history, args.now, args.format = None, None, None, "table"
-    return plan.run(args)
+    return drain(request(args))
+
+
+def drain(request: DrainRequest) -> int:
+    """The edit, then the evacuation shown (as plan) or executed round after round (as apply)."""
+    host = request.edit.host
+    _set(request.edit, True)
+    if isinstance(request.evacuation, PlanRequest):
+        return show_plan(request.evacuation)
+    applying = Applying(request.evacuation, json_output=False)
+    code = EXIT_OK
+    for _ in range(MAX_DRAIN_ROUNDS):
+        done = applying.once(host)
+        code = done.code
+        if code != EXIT_OK or not done.moved or not done.left:
+            break
+        print(f"{host} still runs {done.left} VM(s): next round", file=sys.stderr)
+    return code
 
 
 def run_undrain(args: argparse.Namespace) -> int:
-    _set(args, False)
+    _set(edit_request(args), False)
     return EXIT_OK

@@ -14,8 +14,8 @@ from reconciler.cli.common import (
     add_repo_arguments,
     checkout_state,
 )
+from reconciler.cli.requests import repo_of
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER
-from reconciler.errors import ConfigError
 from reconciler.model.audit import AuditEntry, AuditMove, MoveHistory, RepoCommit, short_id
 from reconciler.model.quantity import parse_duration
 
@@ -119,9 +119,8 @@ def history_text(history: MoveHistory) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.repo:
-        raise ConfigError("history needs --repo URL", hint="pass the state repository's URL")
-    history = read_history(checkout_state(args), vm=args.vm, since=args.since)
+    checkout = checkout_state(repo_of(args))
+    history = read_history(checkout, vm=args.vm, since=args.since)
     if args.format == "json":
         print(history.model_dump_json(by_alias=True, indent=2))
     else:

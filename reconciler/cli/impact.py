@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from reconciler import config
 from reconciler.adapters.files import snapshot as snapshot_file
 from reconciler.cli.common import (
-    DEFAULT_REPO_FOLDER,
     EXIT_CHANGES,
     EXIT_OK,
     Subparsers,
@@ -29,11 +29,13 @@ from reconciler.cli.common import (
     check_snapshot_matches,
     forge_of,
     positive_int,
-    require_observation,
+    project_of,
     usage_errors_exit_1,
 )
 from reconciler.cli.history import duration
+from reconciler.cli.requests import DEFAULT_REPO_FOLDER, ForgeRequest, forge_request_of
 from reconciler.core import backtest, impact, planner
+from reconciler.engine.observed import require_observed
 from reconciler.errors import ConfigError, ValidationFailed
 from reconciler.model.desired import DesiredState
 from reconciler.model.impact import Impact
@@ -126,14 +128,55 @@ def _load_at(
     return desired, sha
 
 
+@dataclass(frozen=True)
+class CommentRequest:
+    """--post-comment: keep this cluster's impact comment on pull request ``pr``."""
+
+    pr: int | None
+    forge: ForgeRequest
+
+
+@dataclass(frozen=True)
+class ImpactRequest:
+    url: str
+    cache_dir: Path | None
+    path: str
+    """The cluster folder inside the repository."""
+    base: str
+    head: str
+    snapshot: Path | None
+    format: str
+    since: timedelta | None
+    now: datetime | None
+    comment: CommentRequest | None
+
+
+def request(args: argparse.Namespace) -> ImpactRequest:
+    if not args.repo:
+        raise ConfigError("impact needs --repo URL", hint="pass the state repository's URL")
+    return ImpactRequest(
+        url=args.repo,
+        cache_dir=args.cache_dir,
+        path=args.path or DEFAULT_REPO_FOLDER,
+        base=args.base,
+        head=args.head,
+        snapshot=args.snapshot,
+        format=args.format,
+        since=args.since,
+        now=args.now,
+        comment=CommentRequest(args.pr, forge_request_of(args)) if args.post_comment else None,
+    )
+
+
 def _snapshot(
-    args: argparse.Namespace, repo: GitStateRepo, base: DesiredState, head: DesiredState
+    request: ImpactRequest, repo: GitStateRepo, base: DesiredState, head: DesiredState
 ) -> tuple[Snapshot, str]:
     from reconciler.adapters.git.observations import observed_branch, observed_snapshots
 
     cluster = head.cluster.metadata.name
-    if args.snapshot is not None:
-        snapshot, source = snapshot_file.load_snapshot(args.snapshot), f"snapshot {args.snapshot}"
+    if request.snapshot is not None:
+        snapshot = snapshot_file.load_snapshot(request.snapshot)
+        source = f"snapshot {request.snapshot}"
     else:
         found = observed_snapshots(repo, cluster, since=None, latest_only=True)
         if not found:
@@ -146,27 +189,27 @@ def _snapshot(
         source = f"the snapshot on {observed_branch(cluster)} ({commit[:12]})"
     for desired in (base, head):
         check_snapshot_matches(desired, snapshot, source)
-    require_observation(snapshot)
+    require_observed(snapshot)
     return snapshot, source
 
 
-def compute(args: argparse.Namespace) -> Impact:
-    """The impact the arguments ask for (no output)."""
+def compute(request: ImpactRequest) -> Impact:
+    """The impact the request asks for (no output)."""
     from reconciler.adapters.git.observations import observed_snapshots
     from reconciler.adapters.git.repo import GitStateRepo
 
-    rel = PurePosixPath(args.path or DEFAULT_REPO_FOLDER)
+    rel = PurePosixPath(request.path)
     if rel.is_absolute() or ".." in rel.parts:
         raise ConfigError(
             f"PATH {rel} must be a folder inside the repository",
             hint="write it relative to the repository root, e.g. cluster-state",
         )
-    repo = GitStateRepo(args.repo, cache_dir=args.cache_dir)
+    repo = GitStateRepo(request.url, cache_dir=request.cache_dir)
     repo.fetch()
-    base, base_sha = _load_at(repo, args.base, rel, "base")
-    head, head_sha = _load_at(repo, args.head, rel, "head")
-    snapshot, source = _snapshot(args, repo, base, head)
-    now: datetime = args.now or datetime.now(UTC)
+    base, base_sha = _load_at(repo, request.base, rel, "base")
+    head, head_sha = _load_at(repo, request.head, rel, "head")
+    snapshot, source = _snapshot(request, repo, base, head)
+    now = request.now or datetime.now(UTC)
     plans = [
         planner.plan(d, snapshot, impact.steady_history(d, snapshot), now=now).model_copy(
             update={"desired_revision": sha}
@@ -174,8 +217,8 @@ def compute(args: argparse.Namespace) -> Impact:
         for d, sha in ((base, base_sha), (head, head_sha))
     ]
     replayed = None
-    if args.since is not None:
-        since: timedelta = args.since
+    if request.since is not None:
+        since = request.since
         recorded = observed_snapshots(repo, head.cluster.metadata.name, since=now - since)
         snapshots = [s for _, s in recorded if s.taken_at <= now]
         replayed = backtest.replay(base, head, snapshots, since=now - since, until=now)
@@ -184,43 +227,44 @@ def compute(args: argparse.Namespace) -> Impact:
     )
 
 
-def _post(args: argparse.Namespace, markdown: str, path: str) -> str:
+def _post(comment: CommentRequest, url: str, markdown: str, path: str) -> str:
     from reconciler.adapters.forges.clients import open_forge
-    from reconciler.cli.propose import project_of
     from reconciler.engine.comments import upsert_comment
 
     token = os.environ.get(TOKEN_ENV)
-    project = args.forge_project or project_of(args.repo)
-    if args.pr is None or not token or not project:
+    project = comment.forge.project or project_of(url)
+    if comment.pr is None or not token or not project:
         raise ConfigError(
             f"--post-comment needs --pr N, --forge-project (or a --repo URL naming it) and a "
             f"token in ${TOKEN_ENV}",
             hint="in GitHub Actions: RECONCILER_FORGE_TOKEN: ${{ github.token }} with "
             "permissions: pull-requests: write",
         )
-    name = forge_of(args)
+    name = forge_of(comment.forge.name)
     if name == "none":
         raise ConfigError("--post-comment needs a forge", hint="pass --forge github|gitea|gitlab")
-    forge = open_forge(name, project=project, token=token, api_url=args.forge_url)
+    forge = open_forge(name, project=project, token=token, api_url=comment.forge.url)
     try:
-        return upsert_comment(forge, args.pr, impact_report.comment_marker(path), markdown)
+        return upsert_comment(forge, comment.pr, impact_report.comment_marker(path), markdown)
     finally:
         forge.disconnect()
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.repo:
-        raise ConfigError("impact needs --repo URL", hint="pass the state repository's URL")
-    result = compute(args)
-    since = format_duration(args.since) if args.since is not None else None
+    return show(request(args))
+
+
+def show(request: ImpactRequest) -> int:
+    result = compute(request)
+    since = format_duration(request.since) if request.since is not None else None
     markdown = impact_report.impact_markdown(result, since=since)
-    if args.format == "json":
+    if request.format == "json":
         print(impact_report.impact_json(result), end="")
-    elif args.format == "markdown":
+    elif request.format == "markdown":
         print(markdown, end="")
     else:
         print(impact_report.impact_text(result), end="")
-    if args.post_comment:
-        done = _post(args, markdown, result.path)
-        print(f"impact comment on #{args.pr}: {done}", file=sys.stderr)
+    if request.comment is not None:
+        done = _post(request.comment, request.url, markdown, result.path)
+        print(f"impact comment on #{request.comment.pr}: {done}", file=sys.stderr)
     return EXIT_CHANGES if result.differs else EXIT_OK

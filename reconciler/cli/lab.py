@@ -3,9 +3,54 @@
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.cli.common import EXIT_ERROR, EXIT_OK, LAB_DIR, Subparsers
+from reconciler.errors import ConfigError
+
+if TYPE_CHECKING:
+    from reconciler.adapters.lab import Lab
+
+
+def _percent(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole percentage 0-100")
+    return int(text)
+
+
+def _mib(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB")
+    return int(text)
+
+
+def _seconds(text: str, what: str, *, low: int = 1) -> int:
+    from reconciler.adapters.lab.workload import duration
+
+    try:
+        return duration(text.strip(), what, low=low)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
+
+
+def _spike(text: str) -> dict[str, int | str]:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not CPU,FOR,EVERY (e.g. 100,5s,60s)")
+    on, every = _seconds(parts[1], "FOR", low=0), _seconds(parts[2], "EVERY")
+    if on > every:
+        raise argparse.ArgumentTypeError(f"{text!r}: FOR is longer than EVERY")
+    return {"pattern": "spike", "peak": _percent(parts[0].strip()), "on": on, "every": every}
+
+
+def _ramp(text: str) -> dict[str, int | str]:
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TO,OVER (e.g. 80,2m)")
+    return {"pattern": "ramp", "to": _percent(parts[0].strip()), "over": _seconds(parts[1], "OVER")}
 
 
 def register(sub: Subparsers) -> None:
@@ -27,9 +72,66 @@ def register(sub: Subparsers) -> None:
         help="qemu: real daemons and VMs (default); test: libvirt test-driver files only",
     )
     up.add_argument("--recreate", action="store_true", help="stop a running lab first")
+    up.add_argument(
+        "--workload",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="boot every VM as a Linux guest that burns CPU and writes memory as FILE (YAML) "
+        "declares, the lab's own workload without FILE; emulated (TCG), qemu driver only",
+    )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also run a prometheus-libvirt-exporter per host and a Prometheus scraping them "
+        "every 5s, on loopback ports (`lab status` shows its URL)",
+    )
     status = actions.add_parser("status", help="list the lab's hosts and VMs")
+    status.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default) or json: hosts with their URIs, VMs, the Prometheus URL",
+    )
+    load = actions.add_parser(
+        "load",
+        help="change what a workload guest does while it runs",
+        description="Tell a running workload guest (lab up --workload) its new load through "
+        "its serial console; what is not given stays as it is. Without options it says what "
+        "the guest does now.",
+    )
+    load.add_argument("vm", metavar="VM", help="the VM's name, e.g. web-1")
+    load.add_argument("--cpu", type=_percent, help="percent of each of its vCPUs kept busy")
+    load.add_argument("--dirty", type=_mib, help="MiB of memory written per second")
+    load.add_argument("--wss", type=_mib, help="MiB of memory written over (its working set)")
+    pattern = load.add_mutually_exclusive_group()
+    pattern.add_argument(
+        "--spike",
+        type=_spike,
+        metavar="CPU,FOR,EVERY",
+        help="raise the CPU to CPU%% for FOR every EVERY, e.g. 100,5s,60s",
+    )
+    pattern.add_argument(
+        "--ramp",
+        type=_ramp,
+        metavar="TO,OVER",
+        help="move the CPU from --cpu (or its current) to TO%% over OVER, then hold, e.g. 80,2m",
+    )
+    pattern.add_argument(
+        "--steady", action="store_true", help="no spike or ramp: --cpu (or its current) always"
+    )
+    guest = actions.add_parser(
+        "guest",
+        help="build the workload guests' kernel and initrd into the cache (once)",
+        description="Fetch Debian's cloud kernel (apt-get download linux-image-cloud-amd64's "
+        "kernel package) and compile the guests' /init (gcc -static) into the cache, "
+        "$RECONCILER_LAB_GUEST_CACHE or ~/.cache/reconciler/lab-guest; `lab up --workload` "
+        "does the same where they are missing.",
+    )
+    guest.add_argument("--rebuild", action="store_true", help="fetch and build them again")
     down = actions.add_parser("down", help="stop what `lab up` started and remove its folder")
-    for action in (up, status, down):
+    for action in (up, status, load, down):
         action.add_argument(
             "--dir", type=Path, default=LAB_DIR, help="the lab's folder (default .lab)"
         )
@@ -41,34 +143,104 @@ def _run_lab(args: argparse.Namespace) -> int:
     from reconciler.adapters import lab as libvirt_lab
 
     if args.lab_action == "up":
+        workload = args.workload is not None
         lab = libvirt_lab.start_lab(
-            args.dir, hosts=args.hosts, vms=args.vms, driver=args.driver, recreate=args.recreate
+            args.dir,
+            hosts=args.hosts,
+            vms=args.vms,
+            driver=args.driver,
+            recreate=args.recreate,
+            workload=workload,
+            workload_file=Path(args.workload) if args.workload else None,
+            metrics=args.metrics,
+            say=lambda text: print(f"{text} ...", flush=True),
         )
-        if lab.already_up:
-            print(f"a lab is already up in {lab.dir} (use --recreate to start it afresh)")
-        else:
-            kind = "libvirt test-driver files" if lab.driver == "test" else f"{lab.virt_type} VMs"
-            print(
-                f"lab up in {lab.dir}: {len(lab.hosts)} hosts, {len(lab.vms)} {kind} "
-                f"in {lab.seconds:.1f}s"
-            )
-        for host in lab.hosts:
-            names = ", ".join(vm.name for vm in lab.vms if vm.host == host.name) or "-"
-            print(f"  {host.name}  {host.uri}\n      {names}")
-        print(f"cluster folder: {lab.cluster_dir}")
-        print(f"next: reconciler observe {lab.cluster_dir}")
+        _print_up(lab)
         return EXIT_OK
     if args.lab_action == "status":
-        status = libvirt_lab.lab_status(args.dir)
-        print(f"lab in {status.dir} ({status.driver} driver)")
-        for h in status.hosts:
-            state = "up" if h.up else "down"
-            extra = f"  pid {h.pid}" if h.pid else ""
-            extra += f"  ({h.error})" if h.error else ""
-            print(f"  {h.name}  {state:<4}  {h.uri}{extra}")
-        for vm in status.vms:
-            print(f"    {vm.name:<12} {vm.host:<8} {vm.state}")
-        return EXIT_OK if all(h.up for h in status.hosts) else EXIT_ERROR
+        return _status(args.dir, args.format)
+    if args.lab_action == "load":
+        pattern = args.spike or args.ramp or ({"pattern": "steady"} if args.steady else {})
+        sizes = {"cpu": args.cpu, "dirty": args.dirty, "wss": args.wss}
+        changes = {key: value for key, value in sizes.items() if value is not None}
+        return _load(args.dir, args.vm, changes | pattern)
+    if args.lab_action == "guest":
+        image = libvirt_lab.ensure_guest(
+            rebuild=args.rebuild, say=lambda text: print(f"{text} ...", flush=True)
+        )
+        state = "built" if image.built else "cached"
+        print(f"workload guest {state}: kernel of {image.kernel_package}")
+        print(f"  {image.kernel}\n  {image.initrd}")
+        return EXIT_OK
     lab = libvirt_lab.stop_lab(args.dir)
     print(f"lab in {lab.dir} stopped and removed")
+    return EXIT_OK
+
+
+def _print_up(lab: Lab) -> None:
+    from reconciler.adapters import lab as libvirt_lab
+
+    if lab.already_up:
+        print(f"a lab is already up in {lab.dir} (use --recreate to start it afresh)")
+    else:
+        if lab.driver == "test":
+            kind = "libvirt test-driver files"
+        elif lab.workload:
+            kind = "workload guests (emulated)"
+        else:
+            kind = f"{lab.virt_type} VMs"
+        print(
+            f"lab up in {lab.dir}: {len(lab.hosts)} hosts, {len(lab.vms)} {kind} "
+            f"in {lab.seconds:.1f}s"
+        )
+        if lab.workload:
+            print(
+                f"guests booted in {lab.boot_seconds:.1f}s (the slowest), "
+                f"kernel of {lab.kernel_package}"
+            )
+    for host in lab.hosts:
+        print(f"  {host.name}  {host.uri}")
+        for vm in lab.vms:
+            if vm.host != host.name:
+                continue
+            load = lab.workloads.get(vm.name)
+            what = f"  {libvirt_lab.workload_from_json(load).describe()}" if load else ""
+            print(f"      {vm.name:<10}{what}")
+    url = libvirt_lab.prometheus_url(lab)
+    if url:
+        print(f"Prometheus: {url}  (every host's exporter, scraped every 5s, label host)")
+    print(f"cluster folder: {lab.cluster_dir}")
+    print(f"next: reconciler observe {lab.cluster_dir}")
+    if lab.workload:
+        print(f"      reconciler lab load web-1 --cpu 80 --dir {lab.dir}")
+
+
+def _status(directory: Path, form: str) -> int:
+    from reconciler.adapters import lab as libvirt_lab
+
+    status = libvirt_lab.lab_status(directory)
+    code = EXIT_OK if all(h.up for h in status.hosts) else EXIT_ERROR
+    if form == "json":
+        print(json.dumps(asdict(status), indent=2))
+        return code
+    print(f"lab in {status.dir} ({status.driver} driver)")
+    for h in status.hosts:
+        state = "up" if h.up else "down"
+        extra = f"  pid {h.pid}" if h.pid else ""
+        extra += f"  ({h.error})" if h.error else ""
+        print(f"  {h.name}  {state:<4}  {h.uri}{extra}")
+    for vm in status.vms:
+        what = f"  {vm.workload}" if vm.workload else ""
+        print(f"    {vm.name:<12} {vm.host:<8} {vm.state}{what}")
+    if status.prometheus:
+        print(f"Prometheus: {status.prometheus}")
+    return code
+
+
+def _load(directory: Path, vm: str, changes: dict[str, int | str]) -> int:
+    """Tell ``vm`` its new settings (none: ask what it does) and print its answer."""
+    from reconciler.adapters import lab as libvirt_lab
+
+    answer = libvirt_lab.set_load(directory, vm, changes)
+    print(f"{answer.vm} on {answer.host}: {answer.workload.describe()}")
     return EXIT_OK

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from reconciler.adapters.files import snapshot as snapshot_file
+from reconciler.cli import requests
 from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -13,11 +15,10 @@ from reconciler.cli.common import (
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
-    load_desired,
     non_negative_float,
     observe_live,
-    observe_overrides,
 )
+from reconciler.cli.desired import open_source
 from reconciler.report.observe_table import observe_table
 
 
@@ -43,10 +44,31 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+@dataclass(frozen=True)
+class ObserveRequest:
+    """What ``observe`` was asked: where the cluster is, the overrides, the output format."""
+
+    source: requests.SourceRequest
+    observe: requests.ObserveOverrides
+    format: str
+
+
+def request(args: argparse.Namespace) -> ObserveRequest:
+    return ObserveRequest(
+        source=requests.source_of(args),
+        observe=requests.observe_of(args, sample_interval=True),
+        format=args.format,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    desired = load_desired(args)
-    snapshot = observe_live(desired.cluster, **observe_overrides(args))
-    if args.format == "json":
+    return observe(request(args))
+
+
+def observe(request: ObserveRequest) -> int:
+    desired = open_source(request.source).load().desired
+    snapshot = observe_live(desired.cluster, **request.observe.overrides())
+    if request.format == "json":
         sys.stdout.write(snapshot_file.snapshot_json(snapshot))
     else:
         sys.stdout.write(observe_table(snapshot))

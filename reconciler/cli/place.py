@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
+from reconciler.cli import requests
 from reconciler.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
@@ -17,12 +20,12 @@ from reconciler.cli.common import (
     add_state_dir_argument,
     history_for,
     label,
-    load_desired,
     positive_int,
     size,
     snapshot_for,
     usage_errors_exit_1,
 )
+from reconciler.cli.desired import open_source
 from reconciler.core import placer
 from reconciler.core.hugepages import pages_for
 from reconciler.report import plan_json, plan_table
@@ -92,23 +95,60 @@ def page_size(text: str) -> int:
     return number // 1024
 
 
+@dataclass(frozen=True)
+class PlaceRequest:
+    source: requests.SourceRequest
+    observe: requests.ObserveOverrides
+    state_dir: Path | None
+    snapshot: Path | None
+    now: datetime | None
+    format: str
+    vcpus: int
+    memory: int
+    labels: tuple[tuple[str, str], ...]
+    name: str
+    hugepages: int | None
+    """The page size in KiB; None: no huge pages."""
+
+
+def request(args: argparse.Namespace) -> PlaceRequest:
+    return PlaceRequest(
+        source=requests.source_of(args),
+        observe=requests.observe_of(args),
+        state_dir=args.state_dir,
+        snapshot=args.snapshot,
+        now=args.now,
+        format=args.format,
+        vcpus=args.vcpus,
+        memory=args.memory,
+        labels=tuple(args.labels),
+        name=args.name,
+        hugepages=args.hugepages,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    desired = load_desired(args)
-    snapshot = snapshot_for(args, desired)
-    history_for(args, desired.cluster.metadata.name)  # a broken status file is an error here too
-    now: datetime = args.now or datetime.now(UTC)
-    pages = pages_for(args.memory, args.hugepages) if args.hugepages is not None else 0
+    return place(request(args))
+
+
+def place(request: PlaceRequest) -> int:
+    desired = open_source(request.source).load().desired
+    snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
+    # a broken status file is an error here too
+    history_for(desired.cluster.metadata.name, history=None, state_dir=request.state_dir)
+    now = request.now or datetime.now(UTC)
+    size = request.hugepages
     result = placer.place(
         desired,
         snapshot,
-        vcpus=args.vcpus,
-        memory=args.memory,
-        labels=dict(args.labels),
-        name=args.name,
+        vcpus=request.vcpus,
+        memory=request.memory,
+        labels=dict(request.labels),
+        name=request.name,
         now=now,
-        hugepages=None if args.hugepages is None else (args.hugepages, pages),
+        hugepages=None if size is None else (size, pages_for(request.memory, size)),
     )
-    if args.format == "json":
+    if request.format == "json":
         print(plan_json.place_json(result), end="")
     else:
         print(plan_table.place_table(result), end="")

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.cli import requests
 from reconciler.cli.common import (
-    EXIT_CHANGES,
-    EXIT_OK,
     Subparsers,
     add_now_argument,
     add_observe_overrides,
@@ -17,17 +14,10 @@ from reconciler.cli.common import (
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
-    history_for,
-    load_desired,
-    placement_changed_at,
-    snapshot_for,
     usage_errors_exit_1,
 )
-from reconciler.core import intents, planner, whatif
+from reconciler.cli.planning import PLAN_FORMATS, PlanRequest, WhatIf, show_plan
 from reconciler.errors import ConfigError
-from reconciler.report import plan_json, plan_markdown, plan_patch, plan_table
-
-PLAN_FORMATS = ("table", "json", "patch", "markdown")
 
 PLAN_EPILOG = """\
 exit codes (like terraform plan -detailed-exitcode):
@@ -89,49 +79,20 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    desired = load_desired(args)
-    snapshot = snapshot_for(args, desired)
-    history, status = history_for(args, desired.cluster.metadata.name)
-    # drain runs this with its own arguments: the what-ifs are plan's alone
-    add_host, like = getattr(args, "add_host", None), getattr(args, "like", None)
-    without: list[str] = getattr(args, "without_host", None) or []
-    if (add_host is None) != (like is None):
+def request(args: argparse.Namespace) -> PlanRequest:
+    if (args.add_host is None) != (args.like is None):
         raise ConfigError("--add-host NAME and --like HOST go together", hint="give both")
-    try:
-        if add_host is not None and like is not None:
-            desired, snapshot = whatif.add_host_like(desired, snapshot, add_host, like)
-        if without:
-            desired = whatif.without_hosts(desired, without)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    now: datetime = args.now or datetime.now(UTC)
-    # as apply does: the reconciler's own moves whose record was lost are followed, not reverted
-    late = intents.unrecorded_moves(
-        desired.placement.spec.vms, snapshot, placement_changed_at(args)
+    return PlanRequest(
+        source=requests.source_of(args),
+        observe=requests.observe_of(args),
+        state_dir=args.state_dir,
+        snapshot=args.snapshot,
+        history=args.history,
+        now=args.now,
+        format=args.format,
+        what_if=WhatIf(tuple(args.without_host), args.add_host, args.like),
     )
-    for r in late:
-        print(
-            f"note: {r.vm} was moved {r.source} -> {r.target} by the reconciler ({r.detail}); "
-            "placement.yaml does not follow yet: the next acting round records it",
-            file=sys.stderr,
-        )
-    desired = intents.following(desired, late)
-    result = planner.plan(desired, snapshot, history, now=now)
-    if args.format == "json":
-        print(plan_json.plan_json(result), end="")
-    elif args.format == "markdown":
-        print(plan_markdown.plan_markdown(result, desired.placement.spec.vms), end="")
-    elif args.format == "patch":
-        print(plan_patch.plan_patch(desired.placement, result), end="")
-    else:
-        print(plan_table.plan_table(result, desired.placement.spec.vms), end="")
-        if status is not None and status.rounds:
-            streaks = ", ".join(f"{a}: {n}" for a, n in sorted(status.imbalance_rounds.items()))
-            print(
-                f"read the status of {status.rounds} earlier round(s) "
-                f"(imbalance streak {streaks or 'none'})",
-                file=sys.stderr,
-            )
-    changed = result.has_changes or plan_patch.placement_changes(desired.placement, result)
-    return EXIT_CHANGES if changed else EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    return show_plan(request(args))

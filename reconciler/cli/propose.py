@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from reconciler.cli import requests
 from reconciler.cli.common import (
     EXIT_CHANGES,
     EXIT_OK,
     EXIT_PARTIAL,
-    StateCheckout,
+    FORGE_TOKEN_ENV,
     Subparsers,
     add_forge_arguments,
     add_now_argument,
@@ -22,22 +22,21 @@ from reconciler.cli.common import (
     add_repo_arguments,
     add_snapshot_argument,
     add_state_dir_argument,
-    forge_of,
     history_for,
-    load_desired,
+    open_forge_of,
     snapshot_for,
     usage_errors_exit_1,
 )
+from reconciler.cli.desired import open_source
 from reconciler.core import planner
 from reconciler.engine import propose as proposing
 from reconciler.engine.ports import StateRepo
-from reconciler.errors import ConfigError
 from reconciler.model.audit import short_id
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
 from reconciler.report import plan_markdown, plan_patch
 
-TOKEN_ENV = "RECONCILER_FORGE_TOKEN"
+TOKEN_ENV = FORGE_TOKEN_ENV
 
 EPILOG = f"""\
 exit codes:
@@ -71,12 +70,6 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def project_of(url: str) -> str | None:
-    """``https://h/infra/state.git`` -> ``infra/state``."""
-    parts = [x for x in re.split(r"[/:]", url.removesuffix(".git")) if x]
-    return "/".join(parts[-2:]) if len(parts) >= 2 else None
-
-
 def placement_file(folder: Path) -> Path:
     """The file holding the Placement document: placement.yaml, else the first that has one."""
     default = folder / "placement.yaml"
@@ -105,29 +98,31 @@ def edited_placement(desired: DesiredState, plan: Plan, path: Path) -> str | Non
     return yaml_edit.set_placement(skeleton, changes, file=path.name)
 
 
-def open_forge_of(args: argparse.Namespace) -> Any:
-    """The forge named by --forge (None for --forge none); the token from the environment."""
-    forge = forge_of(args)
-    if forge == "none":
-        return None
-    from reconciler.adapters.forges.clients import open_forge
+@dataclass(frozen=True)
+class ProposeRequest:
+    source: requests.RepoRequest
+    forge: requests.ForgeRequest
+    observe: requests.ObserveOverrides
+    state_dir: Path | None
+    snapshot: Path | None
+    now: datetime | None
 
-    token = os.environ.get(TOKEN_ENV)
-    if not token:
-        raise ConfigError(
-            f"--forge {forge} needs a token in ${TOKEN_ENV}",
-            hint=f"export {TOKEN_ENV}=... (a token that may write pull requests), "
-            "or use --forge none to only push the branch",
-        )
-    project = args.forge_project or project_of(args.repo)
-    if project is None:
-        raise ConfigError("cannot tell the forge project", hint="pass --forge-project")
-    return open_forge(forge, project=project, token=token, api_url=args.forge_url)
+
+def request(args: argparse.Namespace) -> ProposeRequest:
+    return ProposeRequest(
+        source=requests.repo_of(args),
+        forge=requests.forge_request_of(args),
+        observe=requests.observe_of(args),
+        state_dir=args.state_dir,
+        snapshot=args.snapshot,
+        now=args.now,
+    )
 
 
 def propose_plan(
-    args: argparse.Namespace,
+    forge_request: requests.ForgeRequest,
     *,
+    url: str,
     repo: StateRepo,
     base: str,
     source: str,
@@ -136,11 +131,12 @@ def propose_plan(
     desired: DesiredState,
     plan: Plan,
 ) -> tuple[int, str]:
-    """Keep the proposal of ``plan`` current: (exit code, one line saying what happened)."""
+    """Keep the proposal of ``plan`` current on the forge of ``forge_request`` (the project
+    from ``url`` when not named): (exit code, one line saying what happened)."""
     cluster = desired.cluster.metadata.name
     plan = plan.model_copy(update={"desired_revision": source})
     path = placement_file(folder)
-    forge = open_forge_of(args)
+    forge = open_forge_of(forge_request, url)
     limit = forge.body_limit if forge is not None else 65_536
     proposal = proposing.Proposal(
         cluster=cluster,
@@ -183,19 +179,23 @@ def propose_plan(
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.repo:
-        raise ConfigError("propose needs --repo URL", hint="pass the state repository's URL")
-    desired = load_desired(args)
-    checkout: StateCheckout = args.state_checkout
+    return propose(request(args))
+
+
+def propose(request: ProposeRequest) -> int:
+    source = open_source(request.source)
+    loaded, checkout = source.load_checkout()
+    desired = loaded.desired
     cluster = desired.cluster.metadata.name
-    snapshot = snapshot_for(args, desired)
-    history, _ = history_for(args, cluster)
-    now: datetime = args.now or datetime.now(UTC)
+    snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
+    history, _ = history_for(cluster, history=None, state_dir=request.state_dir)
+    now = request.now or datetime.now(UTC)
     plan = planner.plan(desired, snapshot, history, now=now)
     code, line = propose_plan(
-        args,
-        repo=checkout.repo,
-        base=checkout.branch,
+        request.forge,
+        url=request.source.url,
+        repo=source.repo,
+        base=source.branch,
         source=checkout.commit,
         root=checkout.root,
         folder=checkout.folder,

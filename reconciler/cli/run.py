@@ -11,10 +11,10 @@ import argparse
 import logging
 import os
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from reconciler.cli import acting
+from reconciler.cli import acting, requests
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -28,6 +28,8 @@ from reconciler.cli.common import (
 from reconciler.cli.signals import Signals
 
 if TYPE_CHECKING:  # the loop's machinery is imported when `run` runs, not for every command
+    from reconciler.engine.execute import Gate
+    from reconciler.engine.round import RoundReport
     from reconciler.model.desired import DesiredState
     from reconciler.model.policy import BalancePolicy
     from reconciler.model.snapshot import Snapshot
@@ -71,147 +73,188 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--identity", help="this instance's name in the lease (default: host:pid)")
     add_state_dir_argument(p)
     add_observe_overrides(p)
-    p.add_argument(
-        "--coordination",
-        default=os.environ.get(acting.COORDINATION_ENV) or None,
-        metavar="URL",
-        help="hold the cluster through a coordination service instead of the git lease or "
-        f"the machine's lock, e.g. etcd3+http://host:2379 (default: ${acting.COORDINATION_ENV})",
-    )
+    acting.add_coordination_argument(p)
     p.set_defaults(handler=run)
 
 
 DESIRED_CHANGES = ("desired-state-changed", "webhook")
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    acting: requests.ActRequest
+    forge: requests.ForgeRequest
+    poll: float
+    """Seconds between looks for new commits (with a repository)."""
+    listen: str
+    """HOST:PORT of /metrics, /healthz and /webhook; "off": none."""
+    log_format: Literal["text", "json"]
+
+
+def request(args: argparse.Namespace) -> RunRequest:
+    source = requests.source_of(args)
+    return RunRequest(
+        acting=requests.ActRequest(
+            command="run",
+            source=source,
+            hold=requests.hold_of(args, source, waits=False, identity=args.identity),
+            observe=requests.observe_of(args),
+            state_dir=args.state_dir,
+            confirmation=requests.Confirmation.YES,  # the policy's mode and window decide
+        ),
+        forge=requests.forge_request_of(args),
+        poll=args.poll,
+        listen=args.listen,
+        log_format="json" if args.log_format == "json" else "text",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    from reconciler.adapters.files.status import default_state_dir
-    from reconciler.adapters.http.server import HttpServer, parse_listen
-    from reconciler.cli import observations
-    from reconciler.cli import propose as propose_command
-    from reconciler.core.windows import mode_now
-    from reconciler.engine import logs, triggers
-    from reconciler.engine.loop import Loop
-    from reconciler.engine.metrics import Metrics
-    from reconciler.engine.round import RoundOptions, RoundReport, run_round
-    from reconciler.engine.sources import RepoSource
-    from reconciler.model.policy import Mode
+    from reconciler.engine import logs
 
-    logs.configure(args.log_format)
-    state_dir: Path = args.state_dir or default_state_dir()
-    source = acting.build_source(args)
-    current = [source.load()]  # read again before every round
-    first = current[0].desired
-    cluster = first.cluster.metadata.name
-    metrics = Metrics(cluster)
-    stop, abort = threading.Event(), threading.Event()
-    wakeup = triggers.Wakeup()
-    keeper = acting.build_hold(
-        args,
-        first,
-        command="run",
-        state_dir=state_dir,
-        wakeup=wakeup,
-        round_stop=stop,
-        on_change=metrics.set_leader,
-    )
-    clock = acting.SystemClock()
-    last: list[RoundReport | None] = [None]
-    recorder = observations.Recorder.of(source, state_dir, cluster)
-    recovery = acting.build_recovery(
-        first, state_dir=state_dir, source=source, on_fence=metrics.record_fence
-    )
+    asked = request(args)
+    logs.configure(asked.log_format)
+    return Instance(asked).serve()
 
-    def recover(
-        desired: DesiredState, snapshot: Snapshot, status: ReconcileStatus
-    ) -> ReconcileStatus:
-        act = desired.policy.spec.mode is Mode.APPLY and keeper.confirm()
-        new: ReconcileStatus = acting.recover(
-            recovery, desired, snapshot, status, act=act, wakeup=wakeup
+
+class Instance:
+    """One ``run`` instance on one cluster: the acting path with its hold kept by a keeper,
+    dead-host recovery, the recorded observations and the loop that calls ``run_round``.
+
+    The desired state is read again before every round (``load_policy``); a round holds the
+    cluster and acts only in the policy's apply mode and window; with a repository, the
+    round's plan is kept as the rolling proposal (``propose``).
+    """
+
+    def __init__(self, request: RunRequest) -> None:
+        from reconciler.cli import observations
+        from reconciler.engine import triggers
+        from reconciler.engine.loop import Loop
+        from reconciler.engine.metrics import Metrics
+        from reconciler.engine.sources import RepoSource
+
+        self.request = request
+        self.path = acting.ActingPath(request.acting)
+        self.source = self.path.source
+        self.loaded = self.source.load()
+        first = self.loaded.desired
+        self.cluster = first.cluster.metadata.name
+        self.repo = self.source if isinstance(self.source, RepoSource) else None
+        at = request.acting.source
+        self.repo_url = at.url if isinstance(at, requests.RepoRequest) else None
+        self.metrics = Metrics(self.cluster)
+        self.stop, self.abort = threading.Event(), threading.Event()
+        self.wakeup = triggers.Wakeup()
+        self.keeper = self.path.hold(
+            first, wakeup=self.wakeup, round_stop=self.stop, on_change=self.metrics.set_leader
         )
-        return new
+        self.clock = acting.SystemClock()
+        self.last: RoundReport | None = None
+        """The last round's report, while its proposal is made."""
+        self.recorder = observations.Recorder.of(self.source, self.path.state_dir, self.cluster)
+        self.recovery = self.path.recovery(first, on_fence=self.metrics.record_fence)
+        self.loop = Loop(
+            cluster=self.cluster,
+            run_round=self.run_round,
+            load_policy=self.load_policy,
+            clock=self.clock,
+            metrics=self.metrics,
+            wakeup=self.wakeup,
+            round_stop=self.stop,
+            propose=self.propose if self.repo is not None else None,
+            leadership=self.keeper,
+            release=self.keeper.stop,
+        )
 
-    def load_policy() -> BalancePolicy:
-        current[0] = source.load()
-        return current[0].desired.policy
+    def load_policy(self) -> BalancePolicy:
+        """The desired state read again (a repository fetched): its policy for the loop."""
+        self.loaded = self.source.load()
+        return self.loaded.desired.policy
 
-    def run_one(trigger: str, act: bool) -> ReconcileStatus:
-        loaded = current[0]
+    def run_round(self, trigger: str, act: bool) -> ReconcileStatus:
+        """One round on the desired state last read; ``act``: in the policy's apply mode."""
+        loaded = self.loaded
         desired = loaded.desired
+        changed = any(t in trigger.split("+") for t in DESIRED_CHANGES)
+        self.last = None
+        with self.path.ports(desired, hold=self.keeper) as ports:
+            ports.recovery = self.recover
+            report = self.path.round(
+                loaded,
+                ports,
+                act=act,
+                holds=True,
+                trigger=trigger,
+                merge=changed,
+                confirm=acting.confirming(
+                    self.keeper, self.wakeup, self.cluster, HOLD_RETRY_SECONDS
+                ),
+                gate=self.window(desired),
+                stop=self.stop,
+                abort=self.abort,
+                on_plan=self.metrics.record_observation,
+            )
+        self.last = report
+        self.recorder.after_round(report.snapshot, desired.policy, self.clock.now())
+        return report.status
 
-        def window() -> str | None:
-            if mode_now(desired.policy, clock.now()) is Mode.APPLY:
+    def window(self, desired: DesiredState) -> Gate:
+        """Asked before each migration starts: the policy's apply window still open."""
+        from reconciler.core.windows import mode_now
+        from reconciler.model.policy import Mode
+
+        def check() -> str | None:
+            if mode_now(desired.policy, self.clock.now()) is Mode.APPLY:
                 return None
             return "the policy's apply window closed"
 
-        changed = any(t in trigger.split("+") for t in DESIRED_CHANGES)
-        last[0] = None
-        with acting.round_ports(
-            args, desired, source=source, hold=keeper, state_dir=state_dir
-        ) as ports:
-            ports.recovery = recover
-            report = run_round(
-                desired,
-                ports,
-                RoundOptions(
-                    act=act,
-                    holds=True,
-                    trigger=trigger,
-                    revision=loaded.revision,
-                    placement_changed_at=loaded.placement_changed_at,
-                    audit_trigger=acting.audit_trigger(trigger, merge=changed),
-                    confirm=acting.confirming(keeper, wakeup, cluster, HOLD_RETRY_SECONDS),
-                    gate=window,
-                    stop=stop,
-                    abort=abort,
-                    on_plan=metrics.record_observation,
-                ),
-            )
-        last[0] = report
-        recorder.after_round(report.snapshot, desired.policy, clock.now())
-        return report.status
+        return check
 
-    def propose() -> None:
-        # the round's own plan: one observation and one plan per round
-        report = last[0]
-        if report is None or report.plan is None or not isinstance(source, RepoSource):
+    def recover(
+        self, desired: DesiredState, snapshot: Snapshot, status: ReconcileStatus
+    ) -> ReconcileStatus:
+        """Dead-host recovery after a round, acting only in apply mode on a confirmed hold."""
+        from reconciler.model.policy import Mode
+
+        act = desired.policy.spec.mode is Mode.APPLY and self.keeper.confirm()
+        new: ReconcileStatus = acting.recover(
+            self.recovery, desired, snapshot, status, act=act, wakeup=self.wakeup
+        )
+        return new
+
+    def propose(self) -> None:
+        """Keep the proposal of the round's own plan current: one observation and one plan
+        per round."""
+        from reconciler.cli.propose import propose_plan
+
+        report, source, url = self.last, self.repo, self.repo_url
+        if report is None or report.plan is None or source is None or url is None:
             return
-        folder, root, commit = source.path, source.root, source.commit
-        if folder is None or root is None or commit is None:
+        checkout = source.checkout
+        if checkout is None:
             return
-        _, line = propose_command.propose_plan(
-            args,
+        _, line = propose_plan(
+            self.request.forge,
+            url=url,
             repo=source.repo,
             base=source.branch,
-            source=commit,
-            root=root,
-            folder=folder,
-            desired=current[0].desired,
+            source=checkout.commit,
+            root=checkout.root,
+            folder=checkout.folder,
+            desired=self.loaded.desired,
             plan=report.plan,
         )
         log.info("proposal: %s", line)
 
-    loop = Loop(
-        cluster=cluster,
-        run_round=run_one,
-        load_policy=load_policy,
-        clock=clock,
-        metrics=metrics,
-        wakeup=wakeup,
-        round_stop=stop,
-        propose=propose if isinstance(source, RepoSource) else None,
-        leadership=keeper,
-        release=keeper.stop,
-    )
-
-    def health() -> tuple[bool, dict[str, object]]:
-        if keeper.failure is not None:
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """/healthz: failed when the hold is no longer kept or fencing a dead host failed."""
+        if self.keeper.failure is not None:
             return False, {
                 "state": "failed",
                 "reason": "HoldKeeperFailed",
-                "message": f"the hold on the cluster is no longer kept: {keeper.failure}",
+                "message": f"the hold on the cluster is no longer kept: {self.keeper.failure}",
             }
-        failing = recovery.last.fence_failing
+        failing = self.recovery.last.fence_failing
         if failing:
             return False, {
                 "state": "failed",
@@ -220,36 +263,44 @@ def run(args: argparse.Namespace) -> int:
                 + ": its VMs are not restarted",
                 "hosts": sorted(failing),
             }
-        return loop.health.healthy, loop.health.report()
+        return self.loop.health.healthy, self.loop.health.report()
 
-    server = None
-    if args.listen != "off":
-        server = HttpServer(
-            parse_listen(args.listen),
-            registry=metrics.registry,
-            health=health,
-            on_push=wakeup.trigger,
-            secret=os.environ.get(SECRET_ENV) or None,
-            branch=args.branch if args.repo else None,
-        )
-    watcher = (
-        triggers.RevisionPoller(
-            lambda: source.repo.remote_head(args.branch), wakeup, every=args.poll
-        )
-        if isinstance(source, RepoSource)
-        else triggers.FolderWatcher(acting.source_folder(source), wakeup)
-    )
-    # the loop's own stop event, not the round's: a standby taking the lease clears that one
-    signals = Signals(abort=abort, on_stop=loop.stop)
-    try:
-        with signals.installed():
+    def serve(self) -> int:
+        """Serve HTTP, watch the desired state, keep the hold and run the loop until a
+        signal stops it."""
+        from reconciler.adapters.http.server import HttpServer, parse_listen
+        from reconciler.engine import triggers
+        from reconciler.engine.sources import RepoSource
+
+        server = None
+        if self.request.listen != "off":
+            server = HttpServer(
+                parse_listen(self.request.listen),
+                registry=self.metrics.registry,
+                health=self.health,
+                on_push=self.wakeup.trigger,
+                secret=os.environ.get(SECRET_ENV) or None,
+                branch=self.repo.branch if self.repo is not None else None,
+            )
+        watcher: triggers.RevisionPoller | triggers.FolderWatcher
+        if isinstance(self.source, RepoSource):
+            repo, branch = self.source.repo, self.source.branch
+            watcher = triggers.RevisionPoller(
+                lambda: repo.remote_head(branch), self.wakeup, every=self.request.poll
+            )
+        else:
+            watcher = triggers.FolderWatcher(self.source.folder, self.wakeup)
+        # the loop's own stop event, not the round's: a standby taking the lease clears that one
+        signals = Signals(abort=self.abort, on_stop=self.loop.stop)
+        try:
+            with signals.installed():
+                if server is not None:
+                    server.start()
+                watcher.start()
+                self.keeper.start()
+                self.loop.run()
+        finally:
+            watcher.stop()
             if server is not None:
-                server.start()
-            watcher.start()
-            keeper.start()
-            loop.run()
-    finally:
-        watcher.stop()
-        if server is not None:
-            server.stop()
-    return EXIT_OK
+                server.stop()
+        return EXIT_OK

@@ -33,6 +33,7 @@ from datetime import datetime
 
 from reconciler.core import intents, planner, rounds
 from reconciler.engine.execute import Event, Execution, Gate, Ports
+from reconciler.engine.observed import require_observed
 from reconciler.engine.ports import (
     Clock,
     DesiredSource,
@@ -279,11 +280,7 @@ def _round(
     down = [h for h in observed.hosts if not h.reachable]
     if observed.hosts and len(down) == len(observed.hosts):
         report.snapshot = observed
-        lines = "; ".join(f"{h.name}: {h.error or 'unreachable'}" for h in down)
-        raise TerminalError(
-            f"no host could be observed ({lines})",
-            hint="check that libvirtd runs on the hosts and is reachable",
-        )
+        require_observed(observed)  # raises: no host answered
     now = ports.clock.now()
     # Records dated in the future are dropped and intents resolved from where each VM runs,
     # in memory: the plan decides from them; they are written only by a round that holds.

@@ -1,7 +1,12 @@
 """Where the desired state comes from, and where a round's record goes.
 
+Every command that reads desired state reads it through one of these (``cli/desired.py``
+builds it from the command's request): ``plan``, ``place``, ``observe`` and ``propose`` load
+it; the commands that act also record through it.
+
 ``FolderSource``: a plain folder, read as it is; the record is the minimal edit of its
-placement.yaml, three-way against the text the round read.
+placement.yaml, three-way against the text the round read (kept as text at ``load``, parsed
+only when a record is written: a look never pays for the YAML editor).
 
 ``RepoSource``: a git repository, read at the branch head, recorded as audit commits.
 
@@ -14,10 +19,9 @@ still holds the cluster. The clone and its trees are never written.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from reconciler.config import yaml_edit
-from reconciler.engine.audit import record_batch
 from reconciler.engine.ports import Loaded, Record, Recorded, StateRepo, TextFile
 from reconciler.errors import ConfigError
 from reconciler.model.desired import DesiredState
@@ -33,25 +37,28 @@ class FolderSource:
         self.folder = folder
         self.read = read
         self.placement = placement
-        self._read: dict[str, str] | None = None
+        self._read: str | None = None
+        self._loaded = False
 
     def describe(self) -> str:
         return str(self.folder)
 
-    def _entries(self) -> dict[str, str]:
-        return yaml_edit.placement_entries(self.placement.read(), file=self.placement.describe())
-
     def load(self) -> Loaded:
         desired = self.read(self.folder)
-        self._read = self._entries()
+        self._read, self._loaded = self.placement.read(), True
         return Loaded(desired=desired, placement_changed_at=self.placement.modified_at())
 
     def record(self, record: Record) -> Recorded:
-        if not record.placement or self.placement.read() is None:
+        from reconciler.config import yaml_edit  # ruamel.yaml: only when a record is written
+
+        now = self.placement.read()
+        if not record.placement or now is None:
             return Recorded()
-        base = self._read if self._read is not None else self._entries()
-        write, kept = yaml_edit.three_way(base, self._entries(), record.placement)
         name = self.placement.describe()
+        base = yaml_edit.placement_entries(self._read if self._loaded else now, file=name)
+        write, kept = yaml_edit.three_way(
+            base, yaml_edit.placement_entries(now, file=name), record.placement
+        )
         changed = bool(write) and self.placement.replace(
             lambda text: yaml_edit.set_placement(text, write, file=name)
         )
@@ -64,6 +71,17 @@ class FolderSource:
             written=write if changed else {},
             conflicts=conflicts,
         )
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A commit of the state repository as a ``RepoSource`` read it."""
+
+    commit: str
+    root: Path
+    """The files of ``commit``, in a folder of their own (read them, never write them)."""
+    folder: Path
+    """The cluster folder in them."""
 
 
 class RepoSource:
@@ -93,13 +111,17 @@ class RepoSource:
         self.actor = actor
         self.audit_branch = audit_branch or branch
         self.display = display
-        self.commit: str | None = None
-        self.root: Path | None = None
+        self.checkout: Checkout | None = None
+        """What the last ``load`` read; None before it."""
 
     def describe(self) -> str:
         return f"{self.display} ({self.branch}, {self.folder})"
 
     def load(self) -> Loaded:
+        return self.load_checkout()[0]
+
+    def load_checkout(self) -> tuple[Loaded, Checkout]:
+        """``load``, and the commit and files it read (``propose`` edits a copy of them)."""
         self.repo.fetch()
         commit = self.repo.head(self.branch)
         if commit is None:
@@ -115,20 +137,18 @@ class RepoSource:
                 hint="pass the cluster folder inside the repository as PATH",
             )
         desired = self.read(path)
-        self.commit, self.root = commit, root
+        self.checkout = Checkout(commit, root, path)
         merge = len(self.repo.parents(commit)) > 1
         changed = self.repo.changed_at(commit, f"{self.folder}/placement.yaml")
-        return Loaded(desired=desired, revision=commit, merge=merge, placement_changed_at=changed)
-
-    @property
-    def path(self) -> Path | None:
-        """The cluster folder in the files of the last loaded commit (read only)."""
-        return None if self.root is None else self.root / self.folder
+        loaded = Loaded(desired=desired, revision=commit, merge=merge, placement_changed_at=changed)
+        return loaded, self.checkout
 
     def record(self, record: Record) -> Recorded:
+        from reconciler.engine.audit import record_batch  # the YAML editor: only to record
+
         if not record.results and not record.placement:
             return Recorded()
-        source = record.revision or self.commit
+        source = record.revision or (self.checkout.commit if self.checkout else None)
         if source is None:
             raise ConfigError("nothing was loaded from the state repository to record against")
         audit = record_batch(

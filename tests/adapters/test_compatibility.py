@@ -9,7 +9,6 @@ import contextlib
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,18 +186,17 @@ def test_the_real_daemon_answers_each_question(two_hosts: Lab) -> None:
         compat = Compatibility(lambda host, fn: fn(pool.get(host)), 10.0)
         base = Needs(arch="x86_64", machine="pc", virt_type=virt, memory=64 * MIB)
         ok = [
-            Candidate("kvm-01", "same-cpu", replace(base, cpu_mode="host-passthrough")),
+            Candidate("kvm-01", "same-cpu", base._replace(cpu_mode="host-passthrough")),
             Candidate("kvm-01", "plain", base),
         ]
         assert compat.refusals(ok, ["kvm-01", "kvm-02"]) == {}  # identical hosts accept
         bad = [
-            Candidate("kvm-01", "machine", replace(base, machine="pc-none-0.1")),
-            Candidate("kvm-01", "emulator", replace(base, emulator="/nonexistent/qemu")),
+            Candidate("kvm-01", "machine", base._replace(machine="pc-none-0.1")),
+            Candidate("kvm-01", "emulator", base._replace(emulator="/nonexistent/qemu")),
             Candidate(
                 "kvm-01",
                 "cpu",
-                replace(
-                    base,
+                base._replace(
                     cpu_mode="host-model",
                     cpu_xml="<cpu mode='custom' match='exact'><model>EPYC-Milan</model>"
                     "<feature policy='require' name='avx512f'/></cpu>",

@@ -8,6 +8,7 @@ lease drops ``held`` by the renew deadline.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,27 +48,55 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _member_name(client_url: str) -> str | None:
+    """The name of the one healthy member answering at ``client_url``; None while none does."""
+    try:
+        with urllib.request.urlopen(f"{client_url}/health", timeout=1) as answer:
+            if b'"true"' not in answer.read():
+                return None
+        request = urllib.request.Request(
+            f"{client_url}/v3/cluster/member/list", data=b"{}", method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=1) as answer:
+            members = json.loads(answer.read()).get("members", [])
+    except (OSError, ValueError):
+        return None
+    return str(members[0].get("name")) if len(members) == 1 else None
+
+
 class Etcd:
     """One etcd member on loopback, its data in ``data``."""
 
     def __init__(self, data: Path) -> None:
         assert ETCD is not None
+        self.log = (data.parent / "etcd.log").open("w")
+        # A free port may be taken by another process (a second test run beside this one)
+        # before etcd binds it: then that process's server would answer the health check.
+        # So the member is named uniquely and must be found by its name; else new ports.
+        for _ in range(5):
+            if self._start(data):
+                return
+        self.log.close()
+        raise RuntimeError(f"etcd did not start: see {self.log.name}")
+
+    def _start(self, data: Path) -> bool:
+        assert ETCD is not None
         self.client_port, peer = _free_port(), _free_port()
         self.url = f"etcd3+http://127.0.0.1:{self.client_port}"
         client_url = f"http://127.0.0.1:{self.client_port}"
         peer_url = f"http://127.0.0.1:{peer}"
+        name = f"test-{uuid.uuid4().hex[:12]}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
-        self.log = (data.parent / "etcd.log").open("w")
         self.proc = subprocess.Popen(
             [
                 ETCD,
-                "--name=test",
+                f"--name={name}",
                 f"--data-dir={data}",
                 f"--listen-client-urls={client_url}",
                 f"--advertise-client-urls={client_url}",
                 f"--listen-peer-urls={peer_url}",
                 f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=test={peer_url}",
+                f"--initial-cluster={name}={peer_url}",
                 "--logger=zap",
                 "--log-level=error",
             ],
@@ -76,15 +106,14 @@ class Etcd:
         )
         deadline = time.monotonic() + 30
         while True:
-            try:
-                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as answer:
-                    if b'"true"' in answer.read():
-                        return
-            except OSError:
-                pass
+            if self.proc.poll() is None and _member_name(client_url) == name:
+                return True
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"etcd did not start: see {self.log.name}")
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self.proc.wait(10)
+                shutil.rmtree(data, ignore_errors=True)
+                return False
             time.sleep(0.1)
 
     def kill(self) -> None:

@@ -25,7 +25,13 @@ from reconciler.adapters.libvirt.observer import observe_cluster, observe_settin
 from reconciler.errors import ConfigError
 from reconciler.model.base import API_VERSION
 from reconciler.model.cluster import Cluster, ClusterMetadata, ClusterSpec, Host, Observe
-from reconciler.model.snapshot import ReconcilerState, Snapshot, UnmigratableReason, VmRunState
+from reconciler.model.snapshot import (
+    MigrationClass,
+    ReconcilerState,
+    Snapshot,
+    UnmigratableReason,
+    VmRunState,
+)
 
 pytestmark = pytest.mark.libvirt
 
@@ -420,16 +426,17 @@ def test_values_that_make_no_valid_model_make_the_host_unreachable() -> None:
     good: RawVm = (
         "web-1", "11111111-2222-4333-8444-000000000001", 1, 1, True, 2, 1 << 30, 1 << 30,
         0.5, None, {"app": "web"}, ReconcilerState(), [], None, [], None,
+        MigrationClass.SHARED, ["no disks"],
     )  # fmt: skip
     bad = (*good[:6], -1024, *good[7:])  # a negative size, say from a domain XML
     facts = {"cpus": 4, "memory_total": 8 << 30}
-    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good]))
+    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good], None))
     assert host.reachable
     assert (host.cpu_utilisation, host.libvirt_calls, host.cpus) == (12.5, 40, 4)
     assert [(vm.name, vm.state, vm.state_reason, vm.host) for vm, _, _ in vms] == [
         ("web-1", VmRunState.RUNNING, "booted", "kvm-01")
     ]
-    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good, bad]))
+    host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good, bad], None))
     assert not host.reachable
     assert vms == []
     assert "observing test:///x failed" in (host.error or "")
@@ -509,3 +516,33 @@ def test_the_worker_process_imports_this_package_whatever_the_working_directory(
     monkeypatch.chdir(other.parent)
     snap = observe_cluster(cluster, sample_interval=0, processes=2)
     assert all(h.reachable for h in snap.hosts), [h.error for h in snap.hosts]
+
+
+CHILD_THAT_DIES = """
+import pickle, sys
+hosts, settings, threads = pickle.load(sys.stdin.buffer)
+name, uri = hosts[0]
+facts = {"cpus": 4, "memory_total": 8 << 30}
+pickle.dump((name, uri, facts, None, None, 1, 0.0, [], None), sys.stdout.buffer)
+sys.stdout.buffer.flush()
+sys.exit(3)
+"""
+
+
+def test_a_worker_that_dies_midway_loses_only_the_hosts_it_did_not_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = write_node_files(tmp_path / "nodes", 6, 1)
+    popen = subprocess.Popen
+
+    def dying(args: list[str], **kwargs: Any) -> Any:
+        return popen([args[0], "-c", CHILD_THAT_DIES], **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", dying)
+    snap = observe_cluster(cluster, sample_interval=0, processes=2)
+    # hosts 0, 2, 4 here; 1, 3, 5 in the worker, which sent host 1 and ended
+    assert [h.reachable for h in snap.hosts] == [True, True, True, False, True, False]
+    lost = snap.hosts[3]
+    assert "ended without a result (exit 3)" in (lost.error or "")
+    assert snap.hosts[1].cpus == 4  # as the worker sent it
+    assert sorted(vm.host for vm in snap.vms) == ["node-000", "node-002", "node-004"]

@@ -12,7 +12,6 @@ from reconciler.cli import build_parser
 PER_COMMAND = {
     "--format": "each command has its own output formats",
     "--now": "the help names what the time decides for that command",
-    "--dry-run": "drain's is an internal default, hidden from its help",
     "--since": "history filters commits by age; impact replays recorded snapshots",
 }
 """Flags whose choices or help legitimately differ, with why."""
@@ -61,9 +60,9 @@ def test_the_forge_defaults_to_none_without_a_token_and_github_with_one(
     mp = monkeypatch
     mp.delenv("RECONCILER_FORGE", raising=False)
     mp.delenv("RECONCILER_FORGE_TOKEN", raising=False)
-    assert forge_of(argparse.Namespace(forge=None)) == "none"
+    assert forge_of(None) == "none"
     mp.setenv("RECONCILER_FORGE_TOKEN", "t")
-    assert forge_of(argparse.Namespace(forge=None)) == "github"
+    assert forge_of(None) == "github"
     mp.setenv("RECONCILER_FORGE", "gitea")
-    assert forge_of(argparse.Namespace(forge=None)) == "gitea"
-    assert forge_of(argparse.Namespace(forge="gitlab")) == "gitlab"
+    assert forge_of(None) == "gitea"
+    assert forge_of("gitlab") == "gitlab"

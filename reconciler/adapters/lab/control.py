@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from reconciler.adapters.lab import processes, qemu
 from reconciler.adapters.lab.cluster_folder import write_cluster_state
+from reconciler.adapters.lab.guest_boot import GuestBoot
+from reconciler.adapters.lab.guest_image import ensure_guest
 from reconciler.adapters.lab.layout import lab_layout
+from reconciler.adapters.lab.metrics import (
+    check_metrics_requirements,
+    exporter_url,
+    prometheus_url,
+    start_metrics,
+    stop_metrics,
+)
 from reconciler.adapters.lab.state import (
     DEFAULT_DIR,
     MAX_QEMU_HOSTS,
@@ -24,6 +35,7 @@ from reconciler.adapters.lab.state import (
     write_state,
 )
 from reconciler.adapters.lab.testdriver import start_test_lab
+from reconciler.adapters.lab.workload import from_json, guest_memory, read_workloads
 from reconciler.errors import LabError
 
 
@@ -34,11 +46,20 @@ def start_lab(
     vms: int = 8,
     driver: Driver = "qemu",
     recreate: bool = False,
+    workload: bool = False,
+    workload_file: Path | None = None,
+    metrics: bool = False,
+    say: Callable[[str], None] = lambda _: None,
 ) -> Lab:
     """Start a lab of ``hosts`` hosts and ``vms`` VMs in ``directory`` and write its folder.
 
+    With ``workload`` the VMs are workload guests (qemu driver only) doing what
+    ``workload_file`` declares (the lab's own ``assets/workload.yaml`` when None); their kernel
+    and initrd are built first where the cache lacks them (``guest_image``), which ``say``
+    tells of. With ``metrics`` an exporter per host and a Prometheus scraping them run too.
     When a lab already runs there it is left alone (``Lab.already_up``), unless ``recreate``
-    stops it first. ``LabError`` says what is missing on this machine and how to fix it.
+    stops it first. ``LabError`` says what is missing on this machine and how to fix it;
+    ``ConfigError`` what is wrong in the workload file.
     """
     began = time.monotonic()
     directory = directory.resolve()
@@ -47,6 +68,11 @@ def start_lab(
         raise LabError(f"a lab has 1 to {limit} hosts, not {hosts}", hint="change --hosts")
     if not 0 <= vms <= MAX_VMS:
         raise LabError(f"a lab has 0 to {MAX_VMS} VMs, not {vms}", hint="change --vms")
+    if (workload or workload_file is not None) and driver != "qemu":
+        raise LabError(
+            "workload guests need real daemons: the test driver runs no VMs",
+            hint="drop --driver test, or --workload",
+        )
     existing = read_lab(directory)
     if existing is not None:
         if not recreate and _lab_running(existing):
@@ -58,10 +84,26 @@ def start_lab(
             hint="choose another --dir or remove that folder",
         )
     layout = lab_layout(hosts, vms)
+    boot = None
+    if workload or workload_file is not None:
+        layout = [replace(vm, memory_mib=guest_memory(vm)) for vm in layout]
+        workloads = read_workloads(workload_file, layout)
+        qemu.check_requirements()  # before a build that would be of no use here
+        image = ensure_guest(say=say)
+        boot = GuestBoot(image.kernel, image.initrd, image.kernel_package, workloads)
+    binaries = check_metrics_requirements() if metrics else {}
     if driver == "test":
         lab = start_test_lab(directory, hosts, layout)
     else:
-        lab = qemu.start_qemu_lab(directory, hosts, layout)
+        lab = qemu.start_qemu_lab(directory, hosts, layout, boot)
+    if metrics:
+        write_state(lab)  # so that `lab down` finds what to stop if the metrics fail
+        try:
+            lab = start_metrics(lab, binaries)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stop_lab(directory)
+            raise
     write_cluster_state(lab)
     lab = replace(lab, seconds=round(time.monotonic() - began, 3))
     write_state(lab)
@@ -82,6 +124,7 @@ def stop_lab(directory: Path = DEFAULT_DIR) -> Lab:
     """
     directory = directory.resolve()
     lab = require_lab(directory)
+    stop_metrics(lab)
     if lab.driver == "qemu":
         processes.parallel(lab.hosts, qemu.stop_host)
     shutil.rmtree(directory)
@@ -114,5 +157,19 @@ def lab_status(directory: Path = DEFAULT_DIR) -> LabStatus:
                 vms += qemu.host_vms(host)
             except LabError as err:
                 up, error = False, err.message
-        hosts.append(HostStatus(host.name, host.uri, up, pid if up else None, error))
-    return LabStatus(dir=str(directory), driver=lab.driver, hosts=hosts, vms=vms)
+        hosts.append(
+            HostStatus(host.name, host.uri, up, pid if up else None, error, exporter_url(host))
+        )
+    vms = [
+        replace(vm, workload=from_json(lab.workloads[vm.name]).describe())
+        if vm.name in lab.workloads
+        else vm
+        for vm in vms
+    ]
+    return LabStatus(
+        dir=str(directory),
+        driver=lab.driver,
+        hosts=hosts,
+        vms=vms,
+        prometheus=prometheus_url(lab),
+    )

@@ -72,6 +72,11 @@ def asset_text(*parts: str) -> str:
     )
 
 
+def asset_bytes(*parts: str) -> bytes:
+    """The bytes of the package-data file ``assets/<parts...>``."""
+    return resources.files("reconciler.adapters.lab").joinpath(ASSETS, *parts).read_bytes()
+
+
 def template(name: str) -> Template:
     return Template(asset_text(name))
 

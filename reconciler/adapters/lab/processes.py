@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -83,10 +84,49 @@ def terminate(pid: int, marker: str, timeout: float = 5.0) -> None:
         wait_gone(pid, 2.0)
 
 
+def tail(path: Path, lines: int = 8) -> str:
+    """The last ``lines`` of the log at ``path``, indented on lines of their own ("" if none)."""
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n  " + "\n  ".join(text) if text else ""
+
+
+_WRITE_PID_AND_EXEC = 'echo $$ > "$0" && exec "$@"'
+
+
+def spawn(setsid: str, argv: list[str], *, pidfile: Path, log: Path, timeout: float = 5.0) -> int:
+    """Start ``argv`` detached from this process (``setsid -f``), its output to ``log``; its pid.
+
+    A shell writes its own pid to ``pidfile`` and then becomes ``argv`` (exec keeps the pid),
+    so the pid file names the program itself. The program is not this process's child: it
+    outlives the command that started it, and nothing here has to wait for it.
+    """
+    pidfile.unlink(missing_ok=True)
+    with open(log, "ab") as out:
+        subprocess.run(
+            [setsid, "-f", "/bin/sh", "-c", _WRITE_PID_AND_EXEC, str(pidfile), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=timeout,
+        )
+    deadline = time.monotonic() + timeout
+    while (pid := read_pid(pidfile)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{argv[0]} wrote no pid file {pidfile}")
+        time.sleep(0.01)
+    return pid
+
+
 def lab_processes(directory: Path) -> list[int]:
-    """Pids of the lab's processes still alive (daemons, reapers, QEMUs), from its pid files."""
+    """Pids of the lab's processes still alive (daemons, reapers, QEMUs, the metrics' servers),
+    from its pid files."""
     found = set()
-    for pidfile in directory.resolve().glob("hosts/*/**/*.pid"):
+    directory = directory.resolve()
+    for pidfile in [*directory.glob("hosts/*/**/*.pid"), *directory.glob("metrics/*.pid")]:
         pid = read_pid(pidfile)
         if pid is not None and alive(pid):
             found.add(pid)

@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from reconciler.adapters.lab import processes
+from reconciler.adapters.lab import guest_boot, processes
+from reconciler.adapters.lab.guest_boot import GuestBoot
 from reconciler.adapters.lab.layout import host_names, indent, rack, template
 from reconciler.adapters.lab.state import UUID_NS, Lab, LabHost, LabVm, VmStatus, write_state
 from reconciler.adapters.libvirt.domain_metadata import render_metadata
@@ -134,18 +135,17 @@ def _socket_uri(socket: Path) -> str:
     return f"qemu+unix:///system?socket={socket}"
 
 
-def _tail(path: Path, lines: int = 8) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\n  " + "\n  ".join(text) if text else ""
-
-
 # --- start ----------------------------------------------------------------------------------
 
 
-def start_qemu_lab(directory: Path, hosts: int, layout: list[LabVm]) -> Lab:
+def start_qemu_lab(
+    directory: Path, hosts: int, layout: list[LabVm], boot: GuestBoot | None = None
+) -> Lab:
+    """Start the daemons of ``hosts`` hosts and the VMs of ``layout`` on them.
+
+    With ``boot`` the VMs are workload guests, and this returns once each one's ``/init``
+    runs; without it they are firmware VMs.
+    """
     binaries = check_requirements()
     names = host_names(hosts)
     longest = directory / "hosts" / names[-1] / "sock" / "libvirt-sock-admin"
@@ -174,6 +174,8 @@ def start_qemu_lab(directory: Path, hosts: int, layout: list[LabVm]) -> Lab:
     directory.mkdir(parents=True, exist_ok=True)
     write_state(lab)  # first, so that `lab down` can clean up a lab that failed half-way
     try:
+        if boot is not None:
+            boot = guest_boot.install(boot, directory)
         (directory / "qemu-caps-cache").mkdir(exist_ok=True)
         for host in lab_hosts:
             _prepare_host(directory, host)
@@ -187,15 +189,36 @@ def start_qemu_lab(directory: Path, hosts: int, layout: list[LabVm]) -> Lab:
             wait_up(host)
         conns = {h.name: connect_when_up(h) for h in lab_hosts}
         try:
-            virt_type = _virt_type(conns[lab_hosts[0].name])
+            # workload guests always run under TCG (guest_boot says why)
+            virt_type = "qemu" if boot else _virt_type(conns[lab_hosts[0].name])
             lab = replace(lab, virt_type=virt_type)
+            if boot:
+                lab = replace(
+                    lab,
+                    workloads={n: w.to_json() for n, w in boot.workloads.items()},
+                    kernel_package=boot.kernel_package,
+                )
+                (directory / guest_boot.CONSOLE_LOGS).mkdir(exist_ok=True)
             write_state(lab)
             by_name = {h.name: h for h in lab_hosts}
+            booted: list[float] = []
 
             def start_vm(vm: LabVm) -> None:
-                _define_and_start(conns[vm.host], vm, virt_type, by_name[vm.host])
+                if boot is None:
+                    _define_and_start(
+                        conns[vm.host], vm, domain_xml(vm, virt_type), by_name[vm.host]
+                    )
+                    return
+                began = time.monotonic()
+                log = guest_boot.console_log(directory, vm.name)
+                xml = guest_boot.domain_xml(vm, boot, log)
+                dom = _define_and_start(conns[vm.host], vm, xml, by_name[vm.host])
+                guest_boot.wait_ready(dom, log)
+                booted.append(time.monotonic() - began)
 
             processes.parallel(layout, start_vm)  # QEMU start-up dominates: all at once
+            if booted:
+                lab = replace(lab, boot_seconds=round(max(booted), 3))
         finally:
             for conn in conns.values():
                 conn.close()
@@ -207,15 +230,16 @@ def start_qemu_lab(directory: Path, hosts: int, layout: list[LabVm]) -> Lab:
     return lab
 
 
-def _define_and_start(conn: Any, vm: LabVm, virt_type: str, host: LabHost) -> None:
+def _define_and_start(conn: Any, vm: LabVm, xml: str, host: LabHost) -> Any:
     assert libvirt is not None
     try:
-        dom = conn.defineXML(domain_xml(vm, virt_type))
+        dom = conn.defineXML(xml)
         dom.create()
+        return dom
     except libvirt.libvirtError as err:
         log = Path(host.path) / "log" / "qemu" / f"{vm.name}.log"
         raise LabError(
-            f"{host.name}: cannot start VM {vm.name}: {err}{_tail(log)}",
+            f"{host.name}: cannot start VM {vm.name}: {err}{processes.tail(log)}",
             hint=f"see {Path(host.path) / 'log'}",
         ) from err
 
@@ -289,7 +313,8 @@ def wait_up(host: LabHost) -> None:
         time.sleep(0.02)
     raise LabError(
         f"libvirtd of {host.name} did not come up"
-        f"{_tail(hdir / 'log' / 'stdout.log')}{_tail(hdir / 'log' / 'libvirtd.log')}",
+        f"{processes.tail(hdir / 'log' / 'stdout.log')}"
+        f"{processes.tail(hdir / 'log' / 'libvirtd.log')}",
         hint=f"see {hdir / 'log'}",
     )
 

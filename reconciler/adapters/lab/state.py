@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -14,6 +16,7 @@ Driver = Literal["qemu", "test"]
 
 DEFAULT_DIR: Final = Path(".lab")
 STATE_FILE: Final = "lab.json"
+LOCK_FILE: Final = "lab.lock"
 MAX_QEMU_HOSTS: Final = 16
 MAX_VMS: Final = 200
 UUID_NS: Final = uuid.UUID("6f1d6c1e-2b8a-4f55-9c57-6c61622d7663")
@@ -45,6 +48,8 @@ class LabHost:
     """The host's folder (qemu) or node file (test)."""
     migration_port_min: int = 0
     rack: str = "r1"
+    exporter_port: int = 0
+    """The loopback port of the host's libvirt exporter (``lab up --metrics``); 0 without."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,24 @@ class Lab:
     """True when ``start_lab`` found this lab running and left it as it was."""
     seconds: float = 0.0
     """How long ``start_lab`` took."""
+    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each VM's workload (``workload.Workload.to_json``) when its guests are workload guests
+    (``lab up --workload``): as started, then as ``lab load`` last set it. Empty otherwise."""
+    kernel_package: str = ""
+    """The Debian package the workload guests' kernel comes from."""
+    boot_seconds: float = 0.0
+    """How long the slowest workload guest took from its start to its ``/init`` running."""
+    prometheus_port: int = 0
+    """The loopback port of the lab's Prometheus (``lab up --metrics``); 0 without."""
+
+    @property
+    def workload(self) -> bool:
+        """True when the lab's VMs are workload guests."""
+        return bool(self.workloads)
+
+    def with_workload(self, vm: str, data: dict[str, Any]) -> Lab:
+        """This lab with ``vm``'s workload recorded as ``data``."""
+        return replace(self, workloads={**self.workloads, vm: data})
 
     @property
     def cluster_dir(self) -> Path:
@@ -82,6 +105,8 @@ class HostStatus:
     up: bool
     pid: int | None
     error: str | None = None
+    exporter: str | None = None
+    """The URL of the host's libvirt exporter (``lab up --metrics``)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +114,8 @@ class VmStatus:
     name: str
     host: str
     state: str
+    workload: str | None = None
+    """What a workload guest was last told to do (``Workload.describe``)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,8 @@ class LabStatus:
     driver: Driver
     hosts: list[HostStatus]
     vms: list[VmStatus]
+    prometheus: str | None = None
+    """The URL of the lab's Prometheus (``lab up --metrics``)."""
 
 
 def write_state(lab: Lab) -> None:
@@ -106,6 +135,19 @@ def write_state(lab: Lab) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
+
+
+def update_state(directory: Path, change: Callable[[Lab], Lab]) -> Lab:
+    """Apply ``change`` to the lab recorded in ``directory`` and record the result, one writer
+    at a time (a lock file beside ``lab.json``)."""
+    with open(directory / LOCK_FILE, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            lab = change(require_lab(directory))
+            write_state(lab)
+            return lab
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def read_lab(directory: Path) -> Lab | None:
@@ -120,6 +162,10 @@ def read_lab(directory: Path) -> Lab | None:
             vms=[LabVm(**v) for v in data["vms"]],
             virt_type=data.get("virt_type", ""),
             seconds=data.get("seconds", 0.0),
+            workloads=data.get("workloads", {}),
+            kernel_package=data.get("kernel_package", ""),
+            boot_seconds=data.get("boot_seconds", 0.0),
+            prometheus_port=data.get("prometheus_port", 0),
         )
     except FileNotFoundError:
         return None

@@ -1,11 +1,12 @@
 """One host's observation in two steps over one open connection.
 
 ``first_sweep`` opens the connection and takes everything (host facts, the first CPU sample,
-every VM's stats and XML); ``second_sweep`` takes the second CPU sample, closes the connection
-and gives the host as plain values (``RawHost``), which cross between processes far more
-cheaply than models; ``libvirt_observe_result`` builds the models from them. The pool
-(``libvirt_observe_pool``) runs the second step of a host once its sample interval has
-passed, so no thread sleeps for a host.
+every VM's stats and XML); ``second_sweep`` takes the second CPU sample, asks the host the
+compatibility questions known by then (``compatibility.answer_questions``, over the same
+connection), closes the connection and gives the host as plain values (``RawHost``), which
+cross between processes far more cheaply than models; ``libvirt_observe_result`` builds the
+models from them. The pool (``libvirt_observe_pool``) runs the second step of a host once its
+sample interval has passed, so no thread sleeps for a host.
 
 Every libvirt call goes through ``Probe.call``, which records when it started: the pool's
 watchdog cuts a host off when one call has waited longer than its timeout. Parsing happens
@@ -16,6 +17,7 @@ and not this machine's load.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -24,17 +26,33 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
-from reconciler.adapters.libvirt.compatibility import Needs
+from reconciler.adapters.libvirt.compatibility import (
+    HostAnswers,
+    Needs,
+    Questions,
+    answer_questions,
+)
 from reconciler.adapters.libvirt.domain_disks import (
     DiskRef,
     PoolInfo,
     PoolVolume,
+    classify,
+    local_disk_blockers,
     needs_pools,
     resolve_disks,
 )
 from reconciler.adapters.libvirt.domain_xml import read_domains
 from reconciler.errors import HostTimeout, HostUnreachable
-from reconciler.model.snapshot import ReconcilerState, Unmigratable, VmDisk
+from reconciler.model.snapshot import (
+    MigrationClass,
+    ReconcilerState,
+    Unmigratable,
+    UnmigratableReason,
+    VmDisk,
+    VmRunState,
+)
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -46,6 +64,9 @@ _STATS: Final = (
 )
 KEEPALIVE_COUNT: Final = 3
 """Unanswered keepalive messages after which libvirt drops a remote connection."""
+STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
+"""By libvirt's numeric code (``VmRunState.from_code`` without listing the enum per VM)."""
+MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
 
 
 class Abandoned(Exception):
@@ -60,6 +81,8 @@ class ProbeSettings:
     call_timeout: float
     sample_interval: float
     shared_paths: tuple[str, ...]
+    compatibility: bool = False
+    """Ask each host which of the VMs observed it would refuse (``compatibility``)."""
 
 
 @dataclass
@@ -107,6 +130,13 @@ class Probe:
     borrow: Callable[[], Any] | None = None
     """Gives the host's connection from the command's pool instead of opening one; a borrowed
     connection is left open when the observation ends."""
+    questions: Questions | None = None
+    """The compatibility questions of this observation; None: none asked."""
+    optional: bool = False
+    """The call in flight is a compatibility question: past its timeout the host is reported
+    as observed (``result``) and refusing nothing, not as unreachable."""
+    result: RawHost | None = None
+    """The host as observed, once only compatibility questions are left to ask."""
     host: dict[str, Any] = field(default_factory=dict)
     cpu_first: dict[str, int] = field(default_factory=dict)
     vms: list[_Vm] = field(default_factory=list)
@@ -129,6 +159,24 @@ class Probe:
         finally:
             self.call_started = None
             self.waited += time.monotonic() - started
+            if self.abandoned:
+                self.close()
+                raise Abandoned  # the pool already reported this host
+
+    def ask(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` timed as one call to this host, a compatibility question: libvirt's
+        errors pass through, and it counts in neither the calls nor the time waited."""
+        if self.abandoned:
+            raise Abandoned
+        self.call_name = name
+        self.call_limit = self.settings.call_timeout
+        self.optional = True
+        self.call_started = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.call_started = None
+            self.optional = False
             if self.abandoned:
                 self.close()
                 raise Abandoned  # the pool already reported this host
@@ -231,7 +279,7 @@ def first_sweep(probe: Probe) -> None:
         pools = read_pools(probe)
     for vm in vms:
         vm.disks = resolve_disks(vm.disk_refs, pools, shared)
-    if probe.one_sample:
+    if probe.one_sample and probe.questions is None:
         probe.close()  # done with the host: its state is freed while still in the caches
     # everything below is local work, outside any call's deadline
     probe.host = {
@@ -387,10 +435,12 @@ RawVm = tuple[
     int | None,  # memory_used, bytes
     dict[str, str],  # labels
     ReconcilerState,
-    list[Unmigratable],  # what the XML alone says blocks a migration
+    list[Unmigratable],  # what blocks a live migration (its XML, disks and state)
     str | None,  # CPU mode when host-passthrough or maximum
     list[VmDisk],  # its disks, resolved against the host's storage pools
     Needs | None,  # what it asks of a target host
+    MigrationClass,
+    list[str],  # why it has its migration class
 ]
 """One VM as plain values, in ``VmState``'s terms."""
 RawHost = tuple[
@@ -402,17 +452,19 @@ RawHost = tuple[
     int,  # libvirt calls
     float,  # seconds waited for answers
     list[RawVm],
+    HostAnswers | None,  # its compatibility answers; None: not asked
 ]
 """One host as plain values: what the pool returns and a worker process sends back."""
 
 
 def second_sweep(probe: Probe) -> RawHost:
-    """The second CPU sample, then the host as plain values; closes the connection.
+    """The second CPU sample, then the host as plain values; asks the compatibility
+    questions (with ``probe.questions``) and closes the connection.
 
-    With ``probe.one_sample`` there is no second sample to take (and the connection is
-    closed already): the CPU figures stay unknown, as two equal samples would leave them.
-    Each VM comes with its CPU mode when that is host-passthrough or maximum: whether that
-    blocks migration depends on every host's CPU model, known only to the caller.
+    With ``probe.one_sample`` there is no second sample to take: the CPU figures stay
+    unknown, as two equal samples would leave them. Each VM comes with its CPU mode when
+    that is host-passthrough or maximum: whether that blocks migration depends on every
+    host's CPU model, known only to the caller.
     """
     cpu_after: dict[bytes, object] = {}
     busy: float | None = None
@@ -427,13 +479,43 @@ def second_sweep(probe: Probe) -> RawHost:
             "getAllDomainStats", conn.getAllDomainStats, libvirt.VIR_DOMAIN_STATS_CPU_TOTAL, 0
         )
         elapsed_ns = int(((before + time.monotonic()) / 2 - probe.first_at) * 1e9)
-        probe.close()
+        if probe.questions is None:
+            probe.close()
         cpu_after = {dom.UUID(): stats.get("cpu.time") for dom, stats in second}
         del second  # its domain objects, freed now rather than with the results
         busy = _host_cpu_busy(probe.cpu_first, cpu_second)
     vms = [_raw_vm(vm, cpu_after.get(vm.raw_uuid), elapsed_ns) for vm in probe.vms]
+    needs = [
+        (vm[15], vm[2] in _LIVE_CODES)
+        for vm in vms
+        if vm[15] is not None and vm[16] is not MigrationClass.IMMOVABLE
+    ]
     probe.vms = []
-    return probe.name, probe.uri, probe.host, busy, None, probe.calls, round(probe.waited, 4), vms
+    waited = round(probe.waited, 4)
+    asking = probe.questions is not None and probe.conn is not None
+    answers = HostAnswers() if asking else None
+    result: RawHost = (
+        probe.name,
+        probe.uri,
+        probe.host,
+        busy,
+        None,
+        probe.calls,
+        waited,
+        vms,
+        answers,
+    )
+    if probe.questions is not None and answers is not None:
+        probe.result = result  # what the pool reports should a question hang
+        try:
+            answer_questions(probe.conn, probe.ask, needs, probe.questions, answers)
+        except Abandoned:
+            raise
+        except Exception as err:  # a question that cannot be asked is no reason to fail a host
+            log.info("compatibility: %s could not be asked: %r", probe.uri, err)
+            answers.silent = True
+        probe.close()
+    return result
 
 
 def in_process(uri: str) -> bool:
@@ -452,6 +534,9 @@ def repeats_first_sample(uri: str, records: list[tuple[Any, dict[str, Any]]]) ->
     1,000 hosts). Should a test-driver domain ever report CPU time, both samples are taken.
     """
     return in_process(uri) and not any("cpu.time" in stats for _, stats in records)
+
+
+_LIVE_CODES: Final = frozenset(STATES.index(s) for s in MIGRATABLE_STATES)
 
 
 def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
@@ -473,10 +558,20 @@ def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
     vcpus = stats.get("vcpu.current")
     memory_max = _kib(stats, "balloon.maximum")
     memory_current = _kib(stats, "balloon.current")
+    code = stats.get("state.state", 0)
+    state = STATES[code] if isinstance(code, int) and 0 <= code < len(STATES) else STATES[0]
+    # the XML's LocalDisk reasons are replaced by those of the disks as the pools see them
+    blockers = [b for b in vm.blockers if b.code is not UnmigratableReason.LOCAL_DISK]
+    blockers += local_disk_blockers(vm.disks)
+    if state not in MIGRATABLE_STATES:
+        blockers.insert(
+            0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
+        )
+    klass, why = classify(state, blockers, vm.disks)
     return (
         vm.name,
         vm.uuid,
-        stats.get("state.state", 0),
+        code,
         stats.get("state.reason", 0),
         vm.persistent,
         vcpus if isinstance(vcpus, int) else vm.facts_vcpus,
@@ -486,17 +581,19 @@ def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
         memory_used,
         vm.labels,
         vm.reconciler,
-        vm.blockers,
+        blockers,
         vm.passthrough,
         vm.disks,
         vm.needs,
+        klass,
+        why,
     )
 
 
 def unreachable(probe: Probe, error: Exception) -> RawHost:
     """The host as reported when it failed: never empty, always with the reason."""
     waited = round(max(0.0, probe.waited), 4)
-    return probe.name, probe.uri, None, None, str(error), probe.calls, waited, []
+    return probe.name, probe.uri, None, None, str(error), probe.calls, waited, [], None
 
 
 def _version(number: int) -> str:

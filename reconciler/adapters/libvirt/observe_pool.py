@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import gc
 import heapq
+import logging
 import os
 import pickle
 import sys
@@ -35,6 +37,7 @@ from typing import Any, Final
 
 import libvirt
 
+from reconciler.adapters.libvirt.compatibility import Questions
 from reconciler.adapters.libvirt.connection import ensure_event_loop
 from reconciler.adapters.libvirt.observe_host import (
     Abandoned,
@@ -47,6 +50,8 @@ from reconciler.adapters.libvirt.observe_host import (
     unreachable,
 )
 from reconciler.errors import HostUnreachable, ReconcilerError
+
+log = logging.getLogger(__name__)
 
 WATCH_PERIOD: Final = 0.1
 """Longest sleep of the watchdog: a deadline is noticed this late at most."""
@@ -128,9 +133,8 @@ class _Pool:
                     started = probe.call_started
                     if started is not None and now - started > probe.call_limit:
                         probe.abandoned = True
-                        probe.waited += now - started
                         self.active.discard(index)
-                        self.results[index] = unreachable(probe, probe.timeout_error())
+                        self.results[index] = self._cut_off(probe, now - started)
                         if len(self.results) == len(self.probes):
                             self.done.set()
                         self._spawn()
@@ -139,6 +143,22 @@ class _Pool:
             self.closed = True
             self.cond.notify_all()
         return [self.results[i] for i in range(len(self.probes))]
+
+    @staticmethod
+    def _cut_off(probe: Probe, waited: float) -> RawHost:
+        """What a host past its call's deadline is reported as: unreachable, unless only a
+        compatibility question was left (then as observed, refusing nothing)."""
+        if probe.optional and probe.result is not None and probe.result[8] is not None:
+            answers = dataclasses.replace(probe.result[8], silent=True)
+            log.warning(
+                "compatibility: %s did not answer %s within %gs",
+                probe.uri,
+                probe.call_name,
+                probe.call_limit,
+            )
+            return (*probe.result[:8], answers)
+        probe.waited += waited
+        return unreachable(probe, probe.timeout_error())
 
     def _spawn(self) -> None:
         # daemon: a thread stuck in a hung host's call must not keep the process alive
@@ -155,7 +175,8 @@ def observe_hosts(
 
     A thread per host that answers over a socket, and one for all in-process ones. With
     ``borrow`` (host name -> open connection, e.g. a ``ConnectionPool``'s ``get``) the hosts
-    are observed over those connections, which stay open.
+    are observed over those connections, which stay open. With ``settings.compatibility``
+    each host is asked the compatibility questions of the VMs observed so far.
     """
     if not hosts:
         return []
@@ -163,12 +184,14 @@ def observe_hosts(
     waiting = sum(1 for _, uri in hosts if not in_process(uri))
     if waiting:
         ensure_event_loop()  # keepalive on connections over a socket needs it
+    questions = Questions() if settings.compatibility else None
     probes = [
         Probe(
             name=name,
             uri=uri,
             settings=settings,
             borrow=None if borrow is None else functools.partial(borrow, name),
+            questions=questions,
         )
         for name, uri in hosts
     ]
@@ -196,17 +219,22 @@ def _one_malloc_arena() -> None:
 def child_main() -> None:
     """Run as ``python -m reconciler.adapters.libvirt.observe_pool`` by the observer.
 
-    Reads ``(hosts, settings, threads)`` pickled on stdin, writes the results pickled on
-    stdout, and exits at once: threads stuck in a hung host's call must not hold it open.
+    Reads ``(hosts, settings, threads)`` pickled on stdin, writes each host's result pickled
+    on stdout, one after the other in the order of ``hosts`` (so neither side holds all of
+    them pickled at once), and exits at once: threads stuck in a hung host's call must not
+    hold it open.
     It runs without the cyclic garbage collector: what it allocates is freed by reference
     counting or at its exit, and the collector would only rescan it.
     """
     gc.disable()
     _one_malloc_arena()
     hosts, settings, threads = pickle.load(sys.stdin.buffer)
-    out = pickle.dumps(observe_hosts(hosts, settings, threads), pickle.HIGHEST_PROTOCOL)
-    sys.stdout.buffer.write(out)
-    sys.stdout.buffer.flush()
+    results = observe_hosts(hosts, settings, threads)
+    results.reverse()
+    out = sys.stdout.buffer
+    while results:
+        pickle.dump(results.pop(), out, pickle.HIGHEST_PROTOCOL)
+    out.flush()
     os._exit(0)
 
 

@@ -11,18 +11,12 @@ from typing import Final
 from pydantic import TypeAdapter, ValidationError
 
 from reconciler.adapters.libvirt.compatibility import Needs
-from reconciler.adapters.libvirt.domain_disks import classify, disk_bytes, local_disk_blockers
-from reconciler.adapters.libvirt.observe_host import RawHost, RawVm
+from reconciler.adapters.libvirt.domain_disks import disk_bytes
+from reconciler.adapters.libvirt.observe_host import STATES, RawHost, RawVm
 from reconciler.core.hugepages import pages_for
 from reconciler.errors import HostUnreachable
 from reconciler.model.base import HostName
-from reconciler.model.snapshot import (
-    HostState,
-    Unmigratable,
-    UnmigratableReason,
-    VmRunState,
-    VmState,
-)
+from reconciler.model.snapshot import HostState, VmRunState, VmState
 
 HostResult = tuple[HostState, list[tuple[VmState, str | None, Needs | None]]]
 """A host and its VMs, each VM with its CPU mode when that is host-passthrough or maximum and
@@ -78,10 +72,6 @@ _REASONS: Final[dict[VmRunState, tuple[str, ...]]] = {
     VmRunState.BLOCKED: ("unknown",),
     VmRunState.NOSTATE: ("unknown",),
 }
-MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
-_STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
-"""By libvirt's numeric code (``VmRunState.from_code`` without listing the enum per VM)."""
-
 
 _VMS: Final[TypeAdapter[list[VmState]]] = TypeAdapter(list[VmState])
 """A host's VMs validated in one call: a third less time than a model at a time."""
@@ -93,7 +83,7 @@ def host_result(raw: RawHost) -> HostResult:
     Values that do not make a valid model (say a negative size in a domain XML) make the host
     unreachable with the reason, as any other failure to observe it does.
     """
-    name, uri, facts, busy, error, calls, waited, vms = raw
+    name, uri, facts, busy, error, calls, waited, vms, _answers = raw
     if facts is not None:
         try:
             host = HostState(
@@ -135,28 +125,20 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         memory_used,
         labels,
         reconciler,
-        found,
+        blockers,
         _mode,
         disks,
         needs,
+        klass,
+        why,
     ) = vm
-    state = (
-        _STATES[code] if isinstance(code, int) and 0 <= code < len(_STATES) else VmRunState.NOSTATE
-    )
+    state = STATES[code] if isinstance(code, int) and 0 <= code < len(STATES) else STATES[0]
     reasons = _REASONS[state]
     reason = (
         reasons[reason_code]
         if isinstance(reason_code, int) and 0 <= reason_code < len(reasons)
         else str(reason_code)
     )
-    # the XML's LocalDisk reasons are replaced by those of the disks as the pools see them
-    blockers = [b for b in found if b.code is not UnmigratableReason.LOCAL_DISK]
-    blockers += local_disk_blockers(disks)
-    if state not in MIGRATABLE_STATES:
-        blockers.insert(
-            0, Unmigratable(code=UnmigratableReason.NOT_RUNNING, detail=f"the VM is {state}")
-        )
-    klass, why = classify(state, blockers, disks)
     return {
         "name": name,
         "uuid": uuid,

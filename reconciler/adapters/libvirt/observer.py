@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from reconciler.adapters.libvirt.compatibility import Candidate, Compatibility
+from reconciler.adapters.libvirt.compatibility import Candidate, Compatibility, HostAnswers
 from reconciler.adapters.libvirt.connection import (
     ConnectionSettings,
     close_connection,
@@ -130,7 +130,9 @@ def observe_cluster(
     -> open connection, a ``ConnectionPool``'s ``get``) observes over the command's open
     connections instead of opening and closing one per host; worker processes of a large
     cluster cannot share them and open their own. ``compatibility`` asks each host which VMs
-    of the others it would refuse (``compatibility``), over the same connections.
+    of the others it would refuse (``compatibility``), over the connection it is observed on;
+    what it could not be asked then (a kind of VM observed after it) over the command's
+    connections, else over one of its own per host, opened only for that.
     """
     s = observe_settings(
         cluster,
@@ -153,15 +155,22 @@ def observe_cluster(
         call_timeout=s.call_timeout,
         sample_interval=s.sample_interval,
         shared_paths=s.shared_paths,
+        compatibility=compatibility,
     )
+    answers: dict[str, HostAnswers] = {}
+
+    def take(raw: RawHost) -> HostResult:
+        if raw[8] is not None:
+            answers[raw[0]] = raw[8]
+        return host_result(raw)
+
     with _without_cyclic_gc():
         if processes == 1:
-            raw = observe_hosts(hosts, probe, threads, borrow)
+            results = _taken(observe_hosts(hosts, probe, threads, borrow), take)
         else:
-            raw = _fan_out(hosts, probe, threads, processes)
-        results = [host_result(r) for r in raw]
-    refused = _refusals(cluster, results, s, borrow) if compatibility else {}
-    return _snapshot(cluster.metadata.name, results, taken_at, refused)
+            results = _fan_out(hosts, probe, threads, processes, take)
+        refused = _refusals(cluster, results, s, borrow, answers) if compatibility else {}
+        return _snapshot(cluster.metadata.name, results, taken_at, refused)
 
 
 def _refusals(
@@ -169,9 +178,11 @@ def _refusals(
     results: list[HostResult],
     s: ObserveSettings,
     borrow: Callable[[str], Any] | None,
+    answers: dict[str, HostAnswers],
 ) -> dict[tuple[str, str], dict[str, str]]:
-    """What each reachable host would refuse of the VMs on the others (``compatibility``),
-    over the command's connections, else over connections of its own closed afterwards."""
+    """What each reachable host would refuse of the VMs on the others (``compatibility``):
+    what it answered while observed, the rest asked over the command's connections, else
+    over connections of its own closed afterwards."""
     up = [h.name for h, _ in results if h.reachable]
     if len(up) < 2:
         return {}
@@ -193,7 +204,7 @@ def _refusals(
             )
         return fn(opened[host])
 
-    compat = Compatibility(call, s.call_timeout)
+    compat = Compatibility(call, s.call_timeout, answers)
     try:
         return compat.refusals(candidates, up)
     finally:
@@ -227,13 +238,29 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _taken(raw: list[RawHost], take: Callable[[RawHost], HostResult]) -> list[HostResult]:
+    """``take`` of each host in turn, each host's plain values dropped once its models are
+    built: the peak holds the models and one host's values, not all of both."""
+    out = []
+    for i, r in enumerate(raw):
+        raw[i] = None  # type: ignore[call-overload]
+        out.append(take(r))
+    return out
+
+
 def _fan_out(
-    hosts: list[tuple[str, str]], probe: ProbeSettings, threads: int, processes: int
-) -> list[RawHost]:
-    """Observe ``hosts`` round-robin over ``processes`` processes, this one included.
+    hosts: list[tuple[str, str]],
+    probe: ProbeSettings,
+    threads: int,
+    processes: int,
+    take: Callable[[RawHost], HostResult],
+) -> list[HostResult]:
+    """Observe ``hosts`` round-robin over ``processes`` processes, this one included, and
+    ``take`` each host's plain values, in the order of ``hosts``.
 
     The others are fresh interpreters (``python -m``), not forks: this process may hold
-    threads stuck in libvirt, and a fork would inherit their locks.
+    threads stuck in libvirt, and a fork would inherit their locks. Each sends its hosts
+    one at a time (``observe_pool.child_main``), read here one at a time.
     """
     shares = [hosts[k::processes] for k in range(processes)]
     package_root = str(Path(__file__).resolve().parents[2])
@@ -254,18 +281,24 @@ def _fan_out(
         # the share is small (names and URIs); the child reads it whole before it starts
         child.stdin.write(pickle.dumps((share, probe, threads), pickle.HIGHEST_PROTOCOL))
         child.stdin.close()
-    parts: list[list[RawHost]] = []
+    parts: list[list[HostResult]] = []
     try:
-        parts.append(observe_hosts(shares[0], probe, threads))
+        parts.append(_taken(observe_hosts(shares[0], probe, threads), take))
         for child, share in zip(children, shares[1:], strict=True):
             assert child.stdout is not None
+            part: list[HostResult] = []
+            failed: Exception | None = None
             with child.stdout:
-                data = child.stdout.read()
-            code = child.wait()
-            try:
-                part = pickle.loads(data)  # written by our own child process
-            except Exception as err:
-                part = [_lost(name, uri, code, err) for name, uri in share]
+                for name, uri in share:
+                    if failed is None:
+                        try:
+                            raw = pickle.load(child.stdout)  # written by our own child process
+                        except Exception as err:
+                            failed = err
+                    if failed is not None:
+                        raw = _lost(name, uri, child.wait(), failed)
+                    part.append(take(raw))
+            child.wait()
             parts.append(part)
     finally:
         for child in children:  # only after an error here: each ends on its own otherwise
@@ -274,7 +307,7 @@ def _fan_out(
                 child.wait()
             if child.stdout is not None:
                 child.stdout.close()
-    results: list[RawHost] = [None] * len(hosts)  # type: ignore[list-item]
+    results: list[HostResult] = [None] * len(hosts)  # type: ignore[list-item]
     for k, part in enumerate(parts):
         results[k::processes] = part
     return results
@@ -282,7 +315,7 @@ def _fan_out(
 
 def _lost(name: str, uri: str, exitcode: int | None, err: Exception) -> RawHost:
     error = f"the observer process for this host ended without a result (exit {exitcode}): {err!r}"
-    return name, uri, None, None, error, 0, 0.0, []
+    return name, uri, None, None, error, 0, 0.0, [], None
 
 
 def _snapshot(
