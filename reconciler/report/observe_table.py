@@ -57,7 +57,8 @@ def _vm_row(vm: VmState) -> list[str]:
     state = vm.state.value + ("" if vm.persistent else " (transient)")
     klass = vm.migration_class.value + ("" if vm.migratable else "*")
     disks = _mib(vm.disk_bytes) if vm.disk_bytes else "-"
-    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, klass, disks, labels]
+    dirty = "-" if vm.dirty_rate is None else f"{_mib(vm.dirty_rate)}/s"
+    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, dirty, klass, disks, labels]
 
 
 def _why_lines(vms: Sequence[VmState]) -> list[str]:
@@ -77,7 +78,8 @@ def _why_lines(vms: Sequence[VmState]) -> list[str]:
 
 
 def observe_table(snapshot: Snapshot) -> str:
-    """Hosts (state, arch, CPU busy, memory used/total, VMs) then VMs, ending with a newline."""
+    """Hosts (state, arch, CPU busy, memory used/total, VMs) then VMs (with the memory each
+    writes per second, DIRTY, where measured), ending with a newline."""
     counts: dict[str, int] = {}
     for vm in snapshot.vms:
         counts[vm.host] = counts.get(vm.host, 0) + 1
@@ -94,7 +96,7 @@ def observe_table(snapshot: Snapshot) -> str:
     lines.append("")
     if snapshot.vms:
         lines += _table(
-            ["VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "CLASS", "DISKS", "LABELS"],
+            ["VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "DIRTY", "CLASS", "DISKS", "LABELS"],
             [_vm_row(vm) for vm in snapshot.vms],
         )
         why = _why_lines(snapshot.vms)

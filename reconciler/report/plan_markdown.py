@@ -12,7 +12,7 @@ from reconciler.model.placement import Placement
 from reconciler.model.plan import HostLoad, Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
 from reconciler.report.plan_patch import plan_patch_ops
-from reconciler.report.plan_table import _bar, placement_updates, summary_line
+from reconciler.report.plan_table import _bar, busy_line, placement_updates, summary_line
 
 MARKER = "reconciler-plan"
 
@@ -32,9 +32,11 @@ def _move_rows(moves: Sequence[Move]) -> list[str]:
     ]
     for m in moves:
         size = f"{format_size(m.memory)}, {m.vcpus} vCPU"
+        busy = busy_line(m)
+        detail = f"{m.detail} ({busy})" if busy else m.detail
         rows.append(
             f"| `{_cell(m.vm)}` | {_cell(m.source)} → {_cell(m.target)} | {size} | "
-            f"{m.reason}: {_cell(m.detail)} | {_cell(m.rule or '')} | {m.wave} |"
+            f"{m.reason}: {_cell(detail)} | {_cell(m.rule or '')} | {m.wave} |"
         )
     return rows
 
