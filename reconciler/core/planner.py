@@ -100,7 +100,7 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     calm, helped = busy_guests(model, desired, movable)
     balance = _Balance(model, before, mandatory, goals, desired)
     steps, optimal, state = balance.run(state, steps, calm)
-    if helped is not calm and balance.excess(state) > EPSILON:
+    if helped != calm and balance.excess(state) > EPSILON:
         more = balance.run(mandatory_state, list(mandatory.steps), helped)
         if balance.excess(more[2]) < balance.excess(state) - EPSILON:
             steps, optimal, state = more

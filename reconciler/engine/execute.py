@@ -340,7 +340,7 @@ class Execution:
         if r.post_copy_failed:
             # split between the hosts by a failed post-copy: the intent stays on the domain,
             # so every later round sees the move unsettled and says what to do about it
-            log.error("%s stays split by a failed post-copy: %s", m.vm, _failure(r))
+            log.error("%s: its post-copy did not end verified: %s", m.vm, _failure(r))
             return
         old = seen.reconciler.model_copy(update={"intent": None})
         if r.succeeded:

@@ -58,5 +58,6 @@ class MigrationResult(Frozen):
     iterations: int | None = None
     """Passes over memory."""
     post_copy_failed: bool = False
-    """It failed after the switch to post-copy: the VM's memory is split between the hosts and
-    it is paused where it is until the post-copy is resumed (``docs/apply.md``)."""
+    """It switched to post-copy and did not end verified on its target: left split between the
+    hosts (paused on the source until the post-copy is resumed), or ended out of sight. The
+    intent stays on the domain for the next round (``docs/apply.md``)."""

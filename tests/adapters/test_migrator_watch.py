@@ -694,6 +694,8 @@ def test_the_call_has_the_target_uri_listen_address_bandwidth_and_flags_of_the_p
         libvirt.VIR_MIGRATE_PARAM_URI: "tcp://10.0.0.2",
         libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: "10.0.0.2",
         libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: 300,
+        # QEMU's default after a switch to post-copy is no limit at all
+        libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY: 300,
     }
     assert call.flags == (
         libvirt.VIR_MIGRATE_LIVE

@@ -399,6 +399,11 @@ class LiveMove:
         else:
             if not error:
                 error = "the migration ended without the VM running on the target only"
+            if in_post_copy and not left_split:
+                notes.append(
+                    "it had switched to post-copy and its end could not be seen on both hosts: "
+                    "its intent stays, and the next round records where it runs"
+                )
             error = "; ".join([error, *notes])
         downtime, data = self._figures(pool, move.target, uuid, job, succeeded)
         headway = job.headway
@@ -418,7 +423,7 @@ class LiveMove:
             post_copy=in_post_copy,
             throttle=headway.throttle or None,
             iterations=headway.passes or None,
-            post_copy_failed=left_split,
+            post_copy_failed=in_post_copy and not succeeded,
         )
         log.info(
             "%s %s -> %s: %s in %.3fs, running on %s",
