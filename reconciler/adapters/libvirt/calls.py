@@ -8,8 +8,8 @@ their calls here). Tested without libvirt daemons.
   peer-to-peer live migration (``LIVE | PEER2PEER | PERSIST_DEST | UNDEFINE_SOURCE``): the
   migration URI from the Cluster's ``migration.uri`` template, the listen address from the
   target's ``address``, the bandwidth from ``migration.bandwidth`` (after a switch to post-copy
-  too); auto-converge and post-copy only when the policy allows them; ``VIR_MIGRATE_UNSAFE`` only when asked
-  (:func:`declared_shared`).
+  too); auto-converge and post-copy only when the policy allows them; ``VIR_MIGRATE_UNSAFE``
+  only when asked (:func:`declared_shared`).
 - :func:`copy_call`: the same call for a move that copies its local disks
   (``VIR_MIGRATE_NON_SHARED_DISK`` with ``migrate_disks``), ``migration.copy`` applied.
 - :func:`declared_shared`: whether the operator's ``spec.sharedStorage`` answers libvirt's
