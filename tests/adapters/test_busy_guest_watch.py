@@ -301,3 +301,30 @@ def test_headway_counts_the_first_pass_a_shrinking_pass_start_and_a_throttle_ris
     assert h.saw({**total, "memory_iteration": 5, "memory_remaining": 39})
     assert not h.saw({**total, "memory_iteration": 5, "memory_remaining": 39})
     assert (h.passes, h.throttle, h.post_copy) == (5, 20, True)
+
+
+# --- the bandwidth after the switch -----------------------------------------------------------
+
+
+def test_the_bandwidth_holds_after_a_switch_to_post_copy_and_only_where_it_is_allowed() -> None:
+    from reconciler.adapters.libvirt.calls import copy_call, migration_call
+    from reconciler.model.cluster import Migration
+    from reconciler.model.snapshot import MigrationClass
+    from tests.core.builders import desired, host
+
+    target = host("kvm-02").model_copy(update={"migration": Migration(bandwidth=32)})
+    after = libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY
+
+    def policy(**migration: object) -> Any:
+        return desired([host("kvm-01"), target], migration=migration)
+
+    assert after not in migration_call(policy(), target).params
+    assert migration_call(policy(postCopy=True), target).params[after] == 32
+    copying = policy(postCopy=True, copy={"bandwidth": 8})
+    move = MOVE.model_copy(update={"migration_class": MigrationClass.COPY, "disks": ["vda"]})
+    call = copy_call(migration_call(copying, target), copying, move)
+    assert call.params[after] == 8
+    forbidden = policy(postCopy=True, copy={"postCopy": False})
+    call = copy_call(migration_call(forbidden, target), forbidden, move)
+    assert after not in call.params
+    assert not call.flags & libvirt.VIR_MIGRATE_POSTCOPY
