@@ -31,6 +31,9 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
+    MigrationClass,
+    Unmigratable,
+    UnmigratableReason,
     ReconcilerState,
     Snapshot,
     VmRunState,
@@ -93,6 +96,21 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
     for name, seen in sightings.items():
         if any(v.state_reason in POST_COPY_REASONS for v in seen):
             continue  # held by a post-copy, going on or failed: see post_copy_failures
+        if _ended_out_of_sight(seen):
+            lost = seen[0]
+            blocker = Unmigratable(
+                code=UnmigratableReason.IN_FLIGHT,
+                detail="its migration ended on its source but it runs on no host seen",
+            )
+            replaced[(name, lost.host)] = lost.model_copy(
+                update={
+                    "migratable": False,
+                    "unmigratable": [blocker],
+                    "migration_class": MigrationClass.IMMOVABLE,
+                    "migration_reasons": [blocker.detail],
+                }
+            )
+            continue
         half = _half_cold_move(seen) or _settled_live_move(seen, now)
         if half is not None:
             out.append(half)
@@ -175,6 +193,22 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     )
 
 
+def _ended_out_of_sight(seen: list[VmState]) -> bool:
+    """A VM seen only on the source of its unresolved move, shut off as migrated: its
+    migration ended there (a post-copy whose target's daemon was killed, say) while it runs on
+    no host seen; it is not a failure to record on the source, nor a VM to move."""
+    if len(seen) != 1:
+        return False
+    vm = seen[0]
+    intent = vm.reconciler.intent
+    return (
+        intent is not None
+        and vm.host == intent.source
+        and vm.state is VmRunState.SHUTOFF
+        and vm.state_reason == "migrated"
+    )
+
+
 def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
     """The resolution of a live move libvirt ended after its call had failed (a post-copy
     whose source's daemon lost the target's, say): running on the target, shut off but still
@@ -224,6 +258,9 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
     out: list[Unsatisfiable] = []
     for name, seen in sorted(by_name.items()):
         failed = [v for v in seen if v.state_reason == "post-copy failed"]
+        if _ended_out_of_sight(seen):
+            out.append(_out_of_sight(seen[0], uris, reachable))
+            continue
         if not failed:
             continue
         intent = next((v.reconciler.intent for v in seen if v.reconciler.intent), None)
@@ -249,6 +286,25 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
             )
         out.append(Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[name], message=todo))
     return out
+
+
+def _out_of_sight(vm: VmState, uris: dict[str, str], reachable: set[str]) -> Unsatisfiable:
+    intent = vm.reconciler.intent
+    assert intent is not None
+    source, target, uri = intent.source, intent.target, uris.get(intent.source, intent.source)
+    if target in reachable:
+        todo = (
+            f"{vm.name}'s migration to {target} ended on {source} (shut off as migrated), but "
+            f"{target} does not run it: it was lost with its post-copy; start it again on "
+            f"{source} (virsh -c {uri} start {vm.name}), it boots afresh"
+        )
+    else:
+        todo = (
+            f"{vm.name}'s migration to {target} ended on {source} (shut off as migrated) while "
+            f"{target} does not answer: it may run there; wait for {target} to answer, and do "
+            f"not start it on {source} before"
+        )
+    return Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[vm.name], message=todo)
 
 
 def unrecorded_moves(

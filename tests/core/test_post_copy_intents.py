@@ -85,3 +85,25 @@ def test_the_plan_names_a_split_vm_and_moves_nothing_of_it() -> None:
     p = plan(d, snapshot(HOSTS, vms, flying(*vms)), History(), now=NOW)
     assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
     assert p.moves == []
+
+
+def test_a_vm_whose_post_copy_ended_out_of_sight_is_neither_a_failure_nor_moved() -> None:
+    # its source shut off as migrated, its target (its daemon killed meanwhile) without it
+    lost = seen("h0", VmRunState.SHUTOFF, "migrated")
+    snap, resolutions = resolved(snapshot(HOSTS, [lost]), NOW)
+    assert resolutions == []
+    (kept,) = snap.vms
+    assert kept.reconciler.intent == INTENT
+    assert not kept.migratable
+    [problem] = post_copy_failures(snap)
+    assert "h1 does not run it: it was lost with its post-copy" in problem.message
+    assert "virsh -c qemu+ssh://root@h0/system start a" in problem.message
+    down = [HOSTS[0], host_state("h1", reachable=False)]
+    [waiting] = post_copy_failures(snapshot(down, [lost]))
+    assert "do not start it on h0 before" in waiting.message
+    d = desired([host("h0"), host("h1")], placement={"a": "h1"})
+    p = plan(d, snap, History(), now=NOW)  # a round plans on the snapshot resolved
+    assert p.moves == []
+    assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
+    plain = seen("h0", VmRunState.SHUTOFF, "shutdown")
+    assert resolved(snapshot(HOSTS, [plain]), NOW)[1], "shut down by a person: a failure"
