@@ -11,12 +11,14 @@
     │   ├── HostTimeout             a hypervisor call did not return in time
     │   ├── PushRejected            a compare-and-swap push lost: someone pushed first
     │   ├── RemoteUnreachable       the state repository's remote did not answer a fetch
-    │   └── ForgeUnavailable        a forge did not answer, or answered 429/5xx
+    │   ├── ForgeUnavailable        a forge did not answer, or answered 429/5xx
+    │   └── MetricsUnavailable      Prometheus did not answer in time, or answered 429/5xx
     └── TerminalError               the world refused; retrying the same thing will not help
         ├── LabError                the local lab cannot start here (missing root, binary, ...)
         ├── SnapshotError           a saved snapshot file is unreadable or of another version
         ├── GitError                a git command on the state repository failed
-        └── ForgeError              a forge's API refused or failed a call
+        ├── ForgeError              a forge's API refused or failed a call
+        └── MetricsError            Prometheus refused a query (a bad query, no access)
 
 The CLI maps ConfigError and TerminalError to exit 1 with the message and its hint, never a
 traceback. Every message and hint is scrubbed of credentials where the error is made.
@@ -107,6 +109,10 @@ class ForgeUnavailable(TransientError):
         self.status = status
 
 
+class MetricsUnavailable(TransientError):
+    """Prometheus did not answer within its timeout, or answered 429 or 5xx."""
+
+
 class TerminalError(ReconcilerError):
     """The world refused; retrying the same request will not help."""
 
@@ -129,3 +135,7 @@ class ForgeError(TerminalError):
     def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.status = status
+
+
+class MetricsError(TerminalError):
+    """Prometheus refused a query (bad PromQL, no access) or answered what is not a result."""

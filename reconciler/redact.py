@@ -23,6 +23,7 @@ SECRET_ENV = (
     "RECONCILER_GIT_TOKEN",
     "RECONCILER_FORGE_TOKEN",
     "RECONCILER_WEBHOOK_SECRET",
+    "RECONCILER_PROMETHEUS_TOKEN",
 )
 """Environment variables whose values are secrets wherever they appear."""
 

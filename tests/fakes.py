@@ -30,11 +30,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reconciler.config.yaml_edit import three_way
+from reconciler.core.load_samples import HostSample
 from reconciler.engine.ports import MigrationProgress, MigrationResult
-from reconciler.errors import HostUnreachable, ReconcilerError
+from reconciler.errors import HostUnreachable, ReconcilerError, TerminalError
 from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
+from reconciler.model.load import LoadSamples
 from reconciler.model.plan import Move
 from reconciler.model.recovery import RecordedSighting
 from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
@@ -131,6 +133,11 @@ class FakeCluster:
 
     def stop_vm(self, vm: str) -> None:
         self.vms[vm].state = VmRunState.SHUTOFF
+
+    def twin(self, vm: str, host: str) -> None:
+        """A second copy of ``vm`` on ``host``, in the VM's own state: running twice while it
+        runs (a fence that lied, a person's ``virsh start`` of an old copy)."""
+        self.copies[vm] = (host, ReconcilerState())
 
     # --- Observer -------------------------------------------------------------------------
 
@@ -368,3 +375,53 @@ class MemorySource:
             written=changed,
             conflicts=[f"{vm}: changed to {host} meanwhile" for vm, host in sorted(kept.items())],
         )
+
+
+class FakeSampler:
+    """The ``LoadSampler`` of a FakeCluster: each VM's CPU counter grows by its ``cpu_used``
+    for the time since the last reading, and starts anew on every host it moves to (a new
+    process), as libvirt's ``cpu.time`` does."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.counters: dict[str, tuple[str, float, float]] = {}
+        """VM -> (host, counter in ns, when last read)."""
+        self.ids: dict[str, int] = {}
+        self.calls = 0
+
+    def sample(self) -> list[HostSample]:
+        self.calls += 1
+        now = self.cluster.clock.now().timestamp()
+        out: dict[str, list[tuple[str, str, int, int]]] = {h: [] for h in self.cluster.hosts}
+        for vm in self.cluster.vms.values():
+            if vm.state is not VmRunState.RUNNING:
+                continue
+            host, counter, at = self.counters.get(vm.name, (vm.host, 0.0, now))
+            if host != vm.host:  # moved: a new process on the new host
+                host, counter, at = vm.host, 0.0, now
+                self.ids[vm.name] = self.ids.get(vm.name, 1) + 1
+            counter += vm.cpu_used * (now - at) * 1e9
+            self.counters[vm.name] = (host, counter, now)
+            out[host].append((vm.name, f"uuid-{vm.name}", self.ids.get(vm.name, 1), round(counter)))
+        return [
+            HostSample(h, now, tuple(vms))
+            if self.cluster.hosts[h].reachable
+            else HostSample(h, now, error="unreachable")
+            for h, vms in sorted(out.items())
+        ]
+
+
+class MemorySampleStore:
+    def __init__(self) -> None:
+        self.samples: LoadSamples | None = None
+        self.saves = 0
+        self.fail: str | None = None
+
+    def load(self) -> LoadSamples | None:
+        return self.samples
+
+    def save(self, samples: LoadSamples) -> None:
+        if self.fail is not None:
+            raise TerminalError(self.fail)
+        self.saves += 1
+        self.samples = samples

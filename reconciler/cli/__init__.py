@@ -37,6 +37,7 @@ COMMANDS = (
     "place",
     "apply",
     "drain",
+    "rollout",
     "run",
     "propose",
     "history",

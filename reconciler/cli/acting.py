@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reconciler.cli import load
 from reconciler.cli.common import status_store
 from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ActRequest, HoldKind, default_actor
@@ -110,6 +111,12 @@ class ActingPath:
         self.request = request
         self.source: FolderSource | RepoSource = open_source(request.source)
         self.state_dir: Path = request.state_dir or default_state_dir()
+        if request.command == "run":
+            self.reading = load.Reading.RUN
+        elif request.balance_on_sample:
+            self.reading = load.Reading.LOOK  # a short sample is shown, and acted on
+        else:
+            self.reading = load.Reading.ACT
 
     def hold(
         self,
@@ -205,7 +212,12 @@ class ActingPath:
         leftovers = Leftovers(self.state_dir / cluster / "leftover-volumes.json")
         try:
             yield RoundPorts(
-                observer=LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+                observer=load.observer(
+                    LibvirtClusterObserver(desired.cluster, pool=pool, **overrides),
+                    desired,
+                    self.state_dir,
+                    self.reading,
+                ),
                 migrator=LibvirtMigrator(
                     desired,
                     connection=settings,

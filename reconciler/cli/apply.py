@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from reconciler.cli import acting, requests
+from reconciler.cli import acting, load, requests
 from reconciler.cli.applying import Applying
 from reconciler.cli.common import (
     Subparsers,
@@ -72,6 +72,7 @@ def register(sub: Subparsers) -> None:
         help="with --repo: the Reconciler-Trigger of the audit commit (default: maintenance "
         "for drains, merge when the source commit is a merge, else manual)",
     )
+    p.add_argument("--balance-on-sample", action="store_true", help=load.BALANCE_ON_SAMPLE_HELP)
     acting.add_actor_argument(p)
     p.set_defaults(handler=run)
 
@@ -95,6 +96,7 @@ def request(args: argparse.Namespace) -> ApplyRequest:
             state_dir=args.state_dir,
             confirmation=confirmation,
             trigger=args.trigger,
+            balance_on_sample=args.balance_on_sample,
         ),
         json_output=args.format == "json",
     )

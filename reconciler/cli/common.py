@@ -12,18 +12,9 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reconciler.adapters.files import history as history_file
-from reconciler.adapters.files import snapshot as snapshot_file
-from reconciler.adapters.files.status import FileStatusStore
 from reconciler.cli.requests import ForgeRequest, ObserveOverrides, RepoRequest
-from reconciler.engine.observed import require_observed
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError
-from reconciler.model.cluster import Cluster
-from reconciler.model.desired import DesiredState
-from reconciler.model.history import History
 from reconciler.model.quantity import parse_size
-from reconciler.model.snapshot import Snapshot
-from reconciler.model.status import ReconcileStatus
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -41,7 +32,15 @@ EXIT_SIGTERM = 143
 LAB_DIR = Path(".lab")
 
 if TYPE_CHECKING:
+    # the models and files of snapshots, histories and status are imported where they are
+    # read: every command imports this module, and `validate` needs none of them
+    from reconciler.adapters.files.status import FileStatusStore
     from reconciler.adapters.git.repo import GitStateRepo
+    from reconciler.model.cluster import Cluster
+    from reconciler.model.desired import DesiredState
+    from reconciler.model.history import History
+    from reconciler.model.snapshot import Snapshot
+    from reconciler.model.status import ReconcileStatus
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
@@ -217,13 +216,15 @@ def add_state_dir_argument(p: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         metavar="DIR",
-        help="where the status of each cluster is kept between rounds "
-        "(default: $XDG_STATE_HOME/reconciler)",
+        help="where the status of each cluster (and run's load samples) is kept between "
+        "rounds (default: $XDG_STATE_HOME/reconciler)",
     )
 
 
 def status_store(state_dir: Path | None, cluster: str) -> FileStatusStore:
     """``<state dir>/<cluster>/status.json`` (state dir None: $XDG_STATE_HOME/reconciler)."""
+    from reconciler.adapters.files.status import FileStatusStore
+
     return FileStatusStore(cluster, state_dir)
 
 
@@ -369,6 +370,9 @@ def snapshot_for(
     desired: DesiredState, *, snapshot: Path | None, observe: ObserveOverrides
 ) -> Snapshot:
     """The saved snapshot given with --snapshot, else a live observation of every host."""
+    from reconciler.adapters.files import snapshot as snapshot_file
+    from reconciler.engine.observed import require_observed
+
     if snapshot is not None:
         taken = snapshot_file.load_snapshot(snapshot)
         source = f"snapshot {snapshot}"
@@ -384,6 +388,9 @@ def history_for(
     cluster: str, *, history: Path | None, state_dir: Path | None
 ) -> tuple[History, ReconcileStatus | None]:
     """The planner's History: from --history FILE, else from the status store, else empty."""
+    from reconciler.adapters.files import history as history_file
+    from reconciler.model.history import History
+
     if history is not None:
         return history_file.load_history(history), None
     status = status_store(state_dir, cluster).load()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from reconciler.adapters.files import snapshot as snapshot_file
-from reconciler.cli import requests
+from reconciler.cli import load, requests
 from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -15,6 +16,7 @@ from reconciler.cli.common import (
     add_observe_overrides,
     add_path_argument,
     add_repo_arguments,
+    add_state_dir_argument,
     non_negative_float,
     observe_live,
 )
@@ -41,6 +43,7 @@ def register(sub: Subparsers) -> None:
         help="time between the two CPU samples (override spec.observe.sampleInterval)",
     )
     add_repo_arguments(p)
+    add_state_dir_argument(p)
     p.set_defaults(handler=run)
 
 
@@ -51,6 +54,8 @@ class ObserveRequest:
     source: requests.SourceRequest
     observe: requests.ObserveOverrides
     format: str
+    state_dir: Path | None = None
+    """Where run keeps its load samples (the window shown beside the short sample)."""
 
 
 def request(args: argparse.Namespace) -> ObserveRequest:
@@ -58,6 +63,7 @@ def request(args: argparse.Namespace) -> ObserveRequest:
         source=requests.source_of(args),
         observe=requests.observe_of(args, sample_interval=True),
         format=args.format,
+        state_dir=args.state_dir,
     )
 
 
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 def observe(request: ObserveRequest) -> int:
     desired = open_source(request.source).load().desired
     snapshot = observe_live(desired.cluster, **request.observe.overrides())
+    snapshot = load.windowed(snapshot, desired, request.state_dir, load.Reading.LOOK)
     if request.format == "json":
         sys.stdout.write(snapshot_file.snapshot_json(snapshot))
     else:

@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.cli import load
 from reconciler.cli.common import EXIT_CHANGES, EXIT_OK, history_for, snapshot_for
 from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ObserveOverrides, SourceRequest
-from reconciler.core import intents, planner, whatif
+from reconciler.core import intents, planner
 from reconciler.errors import ConfigError
-from reconciler.report import plan_json, plan_markdown, plan_patch, plan_table
+from reconciler.report import plan_patch
+
+# the what-ifs and every format but the one asked for are imported where they are used
 
 PLAN_FORMATS = ("table", "json", "patch", "markdown")
 
@@ -50,11 +53,15 @@ def show_plan(request: PlanRequest) -> int:
     loaded = open_source(request.source).load()
     desired = loaded.desired
     snapshot = snapshot_for(desired, snapshot=request.snapshot, observe=request.observe)
+    if request.snapshot is None:  # a saved snapshot keeps what it was read on
+        snapshot = load.windowed(snapshot, desired, request.state_dir, load.Reading.LOOK)
     history, status = history_for(
         desired.cluster.metadata.name, history=request.history, state_dir=request.state_dir
     )
     what_if = request.what_if
     try:
+        if what_if.add_host is not None or what_if.without_hosts:
+            from reconciler.core import whatif
         if what_if.add_host is not None and what_if.like is not None:
             desired, snapshot = whatif.add_host_like(
                 desired, snapshot, what_if.add_host, what_if.like
@@ -77,12 +84,18 @@ def show_plan(request: PlanRequest) -> int:
     desired = intents.following(desired, late)
     result = planner.plan(desired, snapshot, history, now=now)
     if request.format == "json":
+        from reconciler.report import plan_json
+
         print(plan_json.plan_json(result), end="")
     elif request.format == "markdown":
+        from reconciler.report import plan_markdown
+
         print(plan_markdown.plan_markdown(result, desired.placement.spec.vms), end="")
     elif request.format == "patch":
         print(plan_patch.plan_patch(desired.placement, result), end="")
     else:
+        from reconciler.report import plan_table
+
         print(plan_table.plan_table(result, desired.placement.spec.vms), end="")
         if status is not None and status.rounds:
             streaks = ", ".join(f"{a}: {n}" for a, n in sorted(status.imbalance_rounds.items()))

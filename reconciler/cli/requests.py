@@ -134,6 +134,8 @@ class ActRequest:
     confirmation: Confirmation
     trigger: str | None = None
     """The Reconciler-Trigger of the audit commit; None: told by the plan and the round."""
+    balance_on_sample: bool = False
+    """Balance moves even on the observation's own short CPU sample (no fresh window)."""
 
 
 def source_of(

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from reconciler.cli import acting, requests
+from reconciler.cli import acting, load, requests
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -153,6 +153,12 @@ class Instance:
         """The last round's report, while its proposal is made."""
         self.recorder = observations.Recorder.of(self.source, self.path.state_dir, self.cluster)
         self.recovery = self.path.recovery(first, on_fence=self.metrics.record_fence)
+        self.sampling = load.Sampling(
+            self.cluster,
+            self.path.state_dir,
+            lambda: self.loaded.desired,
+            request.acting.observe.overrides,
+        )
         self.loop = Loop(
             cluster=self.cluster,
             run_round=self.run_round,
@@ -298,9 +304,11 @@ class Instance:
                 if server is not None:
                     server.start()
                 watcher.start()
+                self.sampling.start()
                 self.keeper.start()
                 self.loop.run()
         finally:
+            self.sampling.close()
             watcher.stop()
             if server is not None:
                 server.stop()

@@ -17,18 +17,27 @@ from reconciler.config.yaml_source import Document
 from reconciler.model.base import API_VERSION, LABEL_KEY_PATTERN, NAME_PATTERN
 from reconciler.model.cluster import Cluster
 from reconciler.model.placement import Placement
-from reconciler.model.policy import CRON_EXAMPLE, BalancePolicy, cron_problem, timezone_problem
+from reconciler.model.policy import (
+    CRON_EXAMPLE,
+    BalancePolicy,
+    Window,
+    cron_problem,
+    timezone_problem,
+)
+from reconciler.model.rollout import Rollout
 from reconciler.model.rules import PlacementRules
 
-KindModel = Cluster | BalancePolicy | PlacementRules | Placement
+KindModel = Cluster | BalancePolicy | PlacementRules | Placement | Rollout
 
 KINDS: Final[dict[str, type[KindModel]]] = {
     "Cluster": Cluster,
     "BalancePolicy": BalancePolicy,
     "PlacementRules": PlacementRules,
     "Placement": Placement,
+    "Rollout": Rollout,
 }
-_KIND_LIST: Final = ", ".join(KINDS)
+_KIND_LIST: Final = ", ".join(k for k in KINDS if k != "Rollout")
+"""The kinds of a cluster folder's own files (a Rollout has a folder of its own)."""
 
 _PATTERN_HINTS: Final = {
     NAME_PATTERN: "use up to 128 letters, digits and _ . : + -, starting with a letter, digit or _",
@@ -320,17 +329,18 @@ def model_from_document(doc: Document) -> tuple[KindModel | None, list[Finding]]
             if error["loc"] not in (("apiVersion",), ("kind",))
         ]
         return None, findings
-    if isinstance(value, BalancePolicy):
-        findings += window_findings(doc, value)
+    if isinstance(value, BalancePolicy | Rollout):
+        findings += window_findings(doc, value.spec.windows)
     return (None, findings) if findings else (value, findings)
 
 
-def window_findings(doc: Document, policy: BalancePolicy) -> list[Finding]:
-    """Windows the core could never open: a cron field out of range (read by cronsim, as the
-    core reads it), a duration of 0, an unknown time zone. The model accepts them so that the
-    core, not a constructor, decides what an unreadable window means (it stays closed)."""
+def window_findings(doc: Document, windows: list[Window] | None) -> list[Finding]:
+    """Windows (``spec.windows`` of a policy or a rollout) the core could never open: a cron
+    field out of range (read by cronsim, as the core reads it), a duration of 0, an unknown
+    time zone. The model accepts them so that the core, not a constructor, decides what an
+    unreadable window means (it stays closed)."""
     out = []
-    for i, window in enumerate(policy.spec.windows or ()):
+    for i, window in enumerate(windows or ()):
         where: DocPath = ("spec", "windows", i)
         problem = cron_problem(window.schedule)
         if problem is not None:

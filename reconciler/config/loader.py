@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.config.findings import Finding, Severity, errors_in, format_finding, path_text
-from reconciler.config.folders import cluster_folders, yaml_files
+from reconciler.config.folders import (
+    ROLLOUTS,
+    cluster_folders,
+    is_rollout_file,
+    rollout_files,
+    yaml_files,
+)
 from reconciler.config.kinds import KindModel, model_from_document
 from reconciler.config.references import reference_findings
 from reconciler.config.semantic import Sources, semantic_findings
@@ -18,6 +24,7 @@ from reconciler.model.cluster import Cluster
 from reconciler.model.desired import DesiredState
 from reconciler.model.placement import Placement
 from reconciler.model.policy import BalancePolicy
+from reconciler.model.rollout import Rollout
 from reconciler.model.rules import PlacementRules
 
 _DOCS_HINT = "see docs/cluster-state.md"
@@ -30,6 +37,7 @@ class ClusterReport(Frozen):
     name: str | None = None
     hosts: int = 0
     rules: int = 0
+    rollouts: int = 0
     files: int | None = None
     """How many files were checked, when files were given rather than the folder."""
     findings: list[Finding]
@@ -44,6 +52,8 @@ class ClusterReport(Frozen):
         errors = len(errors_in(self.findings))
         warnings = len(self.findings) - errors
         sizes = f"{counted(self.hosts, 'host')}, {counted(self.rules, 'rule')}"
+        if self.rollouts:
+            sizes += f", {counted(self.rollouts, 'rollout')}"
         what = f"cluster {self.name}: {sizes}" if self.name else ""
         if self.files is not None:
             checked = f"{counted(self.files, 'file')} checked"
@@ -61,6 +71,7 @@ class _Folder:
     findings: list[Finding] = field(default_factory=list)
     models: dict[str, tuple[KindModel, Document]] = field(default_factory=dict)
     first: dict[str, Document] = field(default_factory=dict)
+    rollouts: dict[str, tuple[Rollout, Document]] = field(default_factory=dict)
     unreadable: bool = False
 
 
@@ -85,8 +96,31 @@ def _document_error_finding(err: DocumentError) -> Finding:
     )
 
 
+def _doc_finding(doc: Document, path: tuple[str, ...], message: str, hint: str) -> Finding:
+    line, column = doc.position(path)
+    return Finding(
+        file=doc.file,
+        line=line,
+        column=column,
+        severity=Severity.ERROR,
+        path=path_text(path),
+        message=message,
+        hint=hint,
+    )
+
+
 def _add_document(state: _Folder, doc: Document) -> None:
     kind = str(doc.data.get("kind"))
+    if kind == "Rollout":
+        state.findings.append(
+            _doc_finding(
+                doc,
+                ("kind",),
+                "a Rollout belongs in the cluster's rollouts/ folder",
+                "move it to rollouts/<its name>.yaml, one rollout per file",
+            )
+        )
+        return
     model, findings = model_from_document(doc)
     state.findings.extend(findings)
     if kind in state.first:
@@ -111,6 +145,54 @@ def _add_document(state: _Folder, doc: Document) -> None:
         state.models[kind] = (model, doc)
 
 
+def _add_rollout(state: _Folder, path: Path, documents: list[Document]) -> None:
+    """The documents of one file in ``rollouts/``: one Rollout named as the file."""
+    stem = path.name.rsplit(".", 1)[0]
+    for doc in documents[1:]:
+        state.findings.append(
+            _doc_finding(
+                doc,
+                (),
+                f"a second document in {path.name}",
+                f"keep one rollout per file: rollouts/<name>.yaml (this one is {stem})",
+            )
+        )
+    if not documents:
+        return
+    doc = documents[0]
+    kind = doc.data.get("kind")
+    if "kind" not in doc.data:
+        state.findings.append(_doc_finding(doc, (), "missing kind", "add kind: Rollout"))
+        return
+    if kind != "Rollout":
+        shown = kind if isinstance(kind, str) else str(kind)
+        state.findings.append(
+            _doc_finding(
+                doc,
+                ("kind",),
+                f"rollouts/ holds only Rollout documents, this is {shown}",
+                "put Cluster, BalancePolicy, PlacementRules and Placement in the cluster "
+                "folder itself",
+            )
+        )
+        return
+    model, findings = model_from_document(doc)
+    state.findings.extend(findings)
+    if not isinstance(model, Rollout):
+        return
+    if model.metadata.name != stem:
+        state.findings.append(
+            _doc_finding(
+                doc,
+                ("metadata", "name"),
+                f"the rollout is named {model.metadata.name!r} in a file named {path.name}",
+                f"name the file rollouts/{model.metadata.name}.yaml, or the rollout {stem}",
+            )
+        )
+        return
+    state.rollouts[stem] = (model, doc)
+
+
 def _desired(state: _Folder) -> tuple[DesiredState, Sources] | None:
     cluster = state.models.get("Cluster")
     if cluster is None or not isinstance(cluster[0], Cluster):
@@ -123,6 +205,8 @@ def _desired(state: _Folder) -> tuple[DesiredState, Sources] | None:
     ):
         if kind in state.models and isinstance(state.models[kind][0], cls):
             parts[key] = state.models[kind][0]
+    names = sorted(state.rollouts)
+    parts["rollouts"] = [state.rollouts[n][0] for n in names]
     desired = DesiredState.model_validate(parts)
     rules = state.models.get("PlacementRules")
     placement = state.models.get("Placement")
@@ -132,6 +216,7 @@ def _desired(state: _Folder) -> tuple[DesiredState, Sources] | None:
         policy=policy[1] if policy else None,
         rules=rules[1] if rules else None,
         placement=placement[1] if placement else None,
+        rollouts=tuple(state.rollouts[n][1] for n in names),
     )
     return desired, sources
 
@@ -147,9 +232,25 @@ def _read_folder(folder: Path, files: Sequence[Path]) -> _Folder:
             continue
         if not documents:
             state.findings.append(_empty_file_finding(path))
+        if is_rollout_file(path):
+            _add_rollout(state, path, documents)
+            continue
         for doc in documents:
             _add_document(state, doc)
     return state
+
+
+def _folder_files(folder: Path) -> tuple[list[Path], list[Finding]]:
+    """The cluster folder's YAML files, then those of its ``rollouts/``."""
+    rollouts = folder / ROLLOUTS
+    if rollouts.is_symlink():
+        finding = _folder_finding(
+            rollouts,
+            "the rollouts folder is a symlink",
+            "keep the rollouts in a real folder inside the cluster folder",
+        )
+        return yaml_files(folder), [finding]
+    return yaml_files(folder) + rollout_files(folder), []
 
 
 _EMPTY_KIND_FILES = {
@@ -196,8 +297,12 @@ def validate_folder(
 
     ``files`` limits the reading to those files (default: every YAML file of the folder).
     """
+    refused: list[Finding] = []
     try:
-        paths = yaml_files(folder) if files is None else list(files)
+        if files is None:
+            paths, refused = _folder_files(folder)
+        else:
+            paths = list(files)
     except OSError as exc:
         finding = _folder_finding(
             folder,
@@ -206,6 +311,7 @@ def validate_folder(
         )
         return ClusterReport(folder=folder_text(folder), findings=[finding]), None
     state = _read_folder(folder, paths)
+    state.findings.extend(refused)
     if not paths or (not state.first and not state.findings):
         state.findings.append(
             _folder_finding(
@@ -237,6 +343,7 @@ def validate_folder(
         name=name,
         hosts=hosts or 0,
         rules=rules or 0,
+        rollouts=len(desired.rollouts) if desired is not None else 0,
         findings=_sorted(state.findings),
     )
     return report, desired if report.valid else None
@@ -249,7 +356,9 @@ def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
     of its folder as context, and only the findings in that file are kept. Paths must exist.
     """
     reports: list[ClusterReport] = []
-    for path in paths:
+    for given in paths:
+        # a cluster's rollouts are checked with their cluster
+        path = given.parent if _is_rollouts_folder(given) else given
         if path.is_dir():
             try:
                 folders = cluster_folders(path) or [path]
@@ -261,9 +370,13 @@ def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
     return reports
 
 
+def _is_rollouts_folder(path: Path) -> bool:
+    return path.is_dir() and path.name == ROLLOUTS and bool(yaml_files(path.parent))
+
+
 def _validate_file(path: Path) -> ClusterReport:
-    folder = path.parent
-    context = [p for p in yaml_files(folder) if p != path]
+    folder = path.parent.parent if is_rollout_file(path) else path.parent
+    context = [p for p in yaml_files(folder) + rollout_files(folder) if p != path]
     report, _ = validate_folder(folder, [path, *context])
     own = [f for f in report.findings if f.file == str(path)]
     return report.model_copy(update={"folder": str(path), "files": 1, "findings": own})

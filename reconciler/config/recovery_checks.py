@@ -7,46 +7,66 @@ from reconciler.config.yaml_source import Document
 from reconciler.model.cluster import effective_fence
 from reconciler.model.desired import DesiredState
 
+PATH = ("spec", "recovery", "enabled")
+
 
 def recovery_findings(desired: DesiredState, policy: Document | None) -> list[Finding]:
-    """A warning when recovery is enabled and some host has no fence (it is never recovered)."""
-    recovery = desired.policy.spec.recovery
-    if not recovery.enabled:
+    """Warnings when recovery is enabled and some host has no fence (it is never recovered),
+    or a fence without a status action (only libvirt's silence confirms it)."""
+    if not desired.policy.spec.recovery.enabled:
         return []
-    bare = [
-        h.name for h in desired.cluster.spec.hosts if effective_fence(desired.cluster, h) is None
+    hosts = desired.cluster.spec.hosts
+    fences = {h.name: effective_fence(desired.cluster, h) for h in hosts}
+    bare = [name for name, fence in fences.items() if fence is None]
+    blind = [
+        name for name, fence in fences.items() if fence is not None and not fence.status_action()
     ]
-    if not bare:
-        return []
-    path = ("spec", "recovery", "enabled")
-    message = (
-        "recovery is enabled but "
-        + (
-            "no host has"
-            if len(bare) == len(desired.cluster.spec.hosts)
-            else ", ".join(bare) + " ha" + ("s" if len(bare) == 1 else "ve")
-        )
-        + " a fence: a dead host without one is never fenced and its VMs are not restarted"
-    )
-    hint = (
-        "give cluster.yaml spec.defaults.fence (or each host a fence): "
-        "{command: [...], timeout: 30s}"
-    )
-    if policy is None:
-        return [
-            Finding(
-                severity=Severity.WARNING, file="", path=path_text(path), message=message, hint=hint
+    out = []
+    if bare:
+        out.append(
+            _warning(
+                policy,
+                "recovery is enabled but "
+                + _who(bare, len(hosts))
+                + " a fence: a dead host without one is never fenced and its VMs are not "
+                "restarted",
+                "give cluster.yaml spec.defaults.fence (or each host a fence): "
+                "{command: [...], timeout: 30s}",
             )
-        ]
-    line, column = policy.position(path)
-    return [
-        Finding(
-            file=policy.file,
-            line=line,
-            column=column,
-            severity=Severity.WARNING,
-            path=path_text(path),
-            message=message,
-            hint=hint,
         )
-    ]
+    if blind:
+        out.append(
+            _warning(
+                policy,
+                "the fence of "
+                + ", ".join(blind)
+                + " has no status action: only libvirt not answering confirms it, and a hung "
+                "libvirtd does not answer either (its VMs may still run)",
+                "use a fence agent with --action=off (its status action is asked too), or give "
+                "the fence a status: [argv] that prints off only when the host is off",
+            )
+        )
+    return out
+
+
+def _who(names: list[str], of: int) -> str:
+    if len(names) == of:
+        return "no host has"
+    return ", ".join(names) + " ha" + ("s" if len(names) == 1 else "ve")
+
+
+def _warning(policy: Document | None, message: str, hint: str) -> Finding:
+    if policy is None:
+        return Finding(
+            severity=Severity.WARNING, file="", path=path_text(PATH), message=message, hint=hint
+        )
+    line, column = policy.position(PATH)
+    return Finding(
+        file=policy.file,
+        line=line,
+        column=column,
+        severity=Severity.WARNING,
+        path=path_text(PATH),
+        message=message,
+        hint=hint,
+    )

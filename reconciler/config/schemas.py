@@ -1,7 +1,8 @@
 """JSON Schemas of the four kinds and of every JSON the CLI writes, generated from the models.
 
-The four kinds are what users write; snapshot, plan, place result, history, status and
-findings are what ``observe``, ``plan``, ``place``, ``validate`` and the status store write,
+The four kinds and rollouts are what users write; snapshot, plan, place result, history, status,
+rollout plans, statuses and records and findings are what ``observe``, ``plan``, ``place``,
+``validate``, ``rollout``, ``run`` and the status store write,
 all camelCase with ``apiVersion`` and ``kind`` (findings: an array). Editors use them through
 the ``# yaml-language-server: $schema=...`` line of each file; ``reconciler schema --write``
 keeps ``schemas/`` in step with the models.
@@ -23,6 +24,9 @@ from reconciler.model.impact import Impact
 from reconciler.model.placement import Placement
 from reconciler.model.plan import PlaceResult, Plan
 from reconciler.model.policy import BalancePolicy
+from reconciler.model.rollout import Rollout
+from reconciler.model.rollout_progress import RolloutProgress
+from reconciler.model.rollout_report import RolloutPlan, RolloutStatus
 from reconciler.model.rules import PlacementRules
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import ReconcileStatus
@@ -35,6 +39,7 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "policy": BalancePolicy,
     "rules": PlacementRules,
     "placement": Placement,
+    "rollout": Rollout,
     "snapshot": Snapshot,
     "plan": Plan,
     "place": PlaceResult,
@@ -42,6 +47,9 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "status": ReconcileStatus,
     "movehistory": MoveHistory,
     "impact": Impact,
+    "rolloutplan": RolloutPlan,
+    "rolloutprogress": RolloutProgress,
+    "rolloutstatus": RolloutStatus,
 }
 """Schema name (the file is ``<name>.json``) -> model."""
 

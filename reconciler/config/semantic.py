@@ -46,6 +46,8 @@ class Sources:
     rules: Document | None = None
     placement: Document | None = None
     policy: Document | None = None
+    rollouts: tuple[Document, ...] = ()
+    """The document of each rollout, in the order of ``DesiredState.rollouts``."""
 
 
 def _finding(
@@ -601,7 +603,10 @@ CHECKS: tuple[Callable[[DesiredState, Sources], list[Finding]], ...] = (
 
 def semantic_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Every cross-document problem of one cluster."""
+    from reconciler.config.load_checks import load_findings
     from reconciler.config.recovery_checks import recovery_findings
+    from reconciler.config.rollout_checks import rollout_findings
 
     found = [finding for check in CHECKS for finding in check(desired, src)]
-    return found + recovery_findings(desired, src.policy)
+    found += load_findings(desired.policy.spec, src.policy)
+    return found + recovery_findings(desired, src.policy) + rollout_findings(desired, src)

@@ -242,7 +242,7 @@ class AdmissionView:
 def _retotal(state: State, h: int) -> None:
     """Host ``h``'s totals summed afresh in index order, exactly as a build sums them."""
     memory = vcpus = 0
-    cpu = mem = 0.0
+    cpu, mem = state.model.hosts[h].cpu_extra, 0.0
     vms = state.model.vms
     for i in sorted(state.vms_on[h]):
         vm = vms[i]

@@ -17,7 +17,11 @@ What "as ``run`` would" means here (docs/review.md):
   the reconciler moved it (its move count grew), the replay keeps it where the replay put it:
   each revision decides its own moves. A VM moved by someone else (its count unchanged),
   created or removed is taken as recorded.
-- Loads are the recorded ones and travel with the VM.
+- Loads are the recorded ones and travel with the VM: with ``basis: used`` and a recorded
+  load over the window (``Snapshot.load``), the window's, so a threshold is judged on what
+  the VMs did over it, not on one look.
+- **Counted**: moves per day of the period, and moves that took a VM back to the host its
+  previous move left (ping-pong; the balance backoff holds those, mandatory moves do not).
 
 Pure: the snapshots and the period are parameters.
 """
@@ -28,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.core import planner
+from reconciler.core import backoff, planner
 from reconciler.core.hugepages import pages_moved
 from reconciler.core.windows import mode_now
 from reconciler.model.desired import DesiredState
@@ -103,6 +107,7 @@ class _Side:
         policy = self.desired.policy
         acting = policy.spec.mode is not Mode.APPLY or mode_now(policy, at) is Mode.APPLY
         applied = plan.moves if acting else []
+        back = sum(1 for m in applied if self._back(m.vm, m.target))
         self._apply(plan, applied, at)
         self.streak = dict(plan.imbalance_rounds)
         self.last_at = at
@@ -110,24 +115,28 @@ class _Side:
             acted=bool(applied),
             moves=len(applied),
             bytes=sum(m.memory for m in applied),
+            moved_back=back,
             deferred=len(plan.deferred) + (0 if acting else len(plan.moves)),
             spread={s.arch: s.before for s in plan.spreads},
             rounds_over=dict(plan.imbalance_rounds),
         )
+
+    def _back(self, vm: str, target: str) -> bool:
+        record = self.records.get(vm)
+        return record is not None and record.last_moved_from == target
 
     def _apply(self, plan: Plan, moves: Sequence[Move], at: datetime) -> None:
         placement = dict(self.desired.placement.spec.vms)
         for m in moves:
             self.hosts[m.vm] = m.target
             old = self.records.get(m.vm, ReconcilerState())
-            self.records[m.vm] = old.model_copy(
-                update={
-                    "last_moved_at": at,
-                    "last_moved_from": m.source,
-                    "last_moved_to": m.target,
-                    "moves": old.moves + 1,
-                    "last_plan_id": plan.plan_id,
-                }
+            self.records[m.vm] = backoff.recorded(
+                old,
+                reason=m.reason.value,
+                source=m.source,
+                target=m.target,
+                at=at,
+                plan_id=plan.plan_id,
             )
             if m.vm in placement:
                 placement[m.vm] = m.target
@@ -195,6 +204,8 @@ def replay(
         for (at, synthetic), row in sorted(rows.items(), key=lambda kv: kv[0])
     ]
 
+    days = max((until - since).total_seconds() / 86400, 1e-9)
+
     def totals(name: str) -> SideTotals:
         acc = SideTotals(rounds=0, acted=0, moves=0, bytes=0)
         peak: dict[str, float] = {}
@@ -204,10 +215,16 @@ def replay(
                 acted=acc.acted + r.acted,
                 moves=acc.moves + r.moves,
                 bytes=acc.bytes + r.bytes,
+                moved_back=acc.moved_back + r.moved_back,
             )
             for arch, value in r.spread.items():
                 peak[arch] = max(peak.get(arch, value), value)
-        return acc.model_copy(update={"peak_spread": dict(sorted(peak.items()))})
+        return acc.model_copy(
+            update={
+                "peak_spread": dict(sorted(peak.items())),
+                "moves_per_day": round(acc.moves / days, 2),
+            }
+        )
 
     return Backtest(
         since=since,

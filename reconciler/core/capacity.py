@@ -46,6 +46,8 @@ class HostInfo:
     """Denominator of CPU utilisation (cores for ``used``, vCPU capacity for ``allocated``)."""
     max_outbound: int
     max_inbound: int
+    cpu_extra: float = 0.0
+    """CPU load the host carries besides its guests (its pressure, in ``cpu_den`` units)."""
     page_room: Mapping[int, int] | None = None
     """Page size in KiB -> huge pages the VMs on it may hold (:mod:`reconciler.core.hugepages`);
     None: not limited (no VM uses huge pages, or the host reported none)."""

@@ -232,7 +232,8 @@ def solve(
         by_host[h].append(i)
     for c, ids in by_class.items():
         row([(i, 1.0) for i in ids], len(members[c]), len(members[c]))
-    base = {h: [0.0, 0.0, 0.0, 0.0] for h in all_hosts}  # memory, vCPUs, CPU load, mem load
+    # memory, vCPUs, CPU load (from the host's pressure on), mem load
+    base = {h: [0.0, 0.0, model.hosts[h].cpu_extra, 0.0] for h in all_hosts}
     staying = [v for v, _ in fixed]
     for h in all_hosts:  # in-flight second sightings still load their host
         staying.extend(v for v in state.vms_on[h] if model.vms[v].shadow)

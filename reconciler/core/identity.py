@@ -20,6 +20,8 @@ from reconciler.model.plan import Move, Unsatisfiable
 def desired_digest(desired: DesiredState) -> str:
     """sha256 of the desired state as canonical JSON (lists without meaning in order sorted)."""
     d = desired.model_dump(mode="json", by_alias=True)
+    # a rollout acts through the documents it changes for its round (a host out is drained)
+    d.pop("rollouts", None)
     d["cluster"]["spec"]["hosts"].sort(key=lambda h: h["name"])
     d["rules"]["spec"]["rules"].sort(key=lambda r: (r["name"], r["type"]))
     for doc in d.values():  # notes for people change nothing the reconciler does

@@ -27,15 +27,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from reconciler.core import backoff
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
     MigrationClass,
-    Unmigratable,
-    UnmigratableReason,
     ReconcilerState,
     Snapshot,
+    Unmigratable,
+    UnmigratableReason,
     VmRunState,
     VmState,
 )
@@ -126,15 +127,13 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
             continue
         old = vm.reconciler
         if vm.host == intent.target:
-            state = old.model_copy(
-                update={
-                    "intent": None,
-                    "last_moved_at": now,
-                    "last_moved_from": intent.source,
-                    "last_moved_to": intent.target,
-                    "last_plan_id": intent.plan_id,
-                    "moves": old.moves + 1,
-                }
+            state = backoff.recorded(
+                old.model_copy(update={"intent": None}),
+                reason=intent.reason or "",
+                source=intent.source,
+                target=intent.target,
+                at=now,
+                plan_id=intent.plan_id,
             )
             summary = f"it runs on {intent.target}: moved from {intent.source}"
         elif vm.host == intent.source:
@@ -225,16 +224,13 @@ def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
         return None
     if source.state is not VmRunState.SHUTOFF or target.state is not VmRunState.RUNNING:
         return None
-    old = target.reconciler
-    state = old.model_copy(
-        update={
-            "intent": None,
-            "last_moved_at": now,
-            "last_moved_from": intent.source,
-            "last_moved_to": intent.target,
-            "last_plan_id": intent.plan_id,
-            "moves": old.moves + 1,
-        }
+    state = backoff.recorded(
+        target.reconciler.model_copy(update={"intent": None}),
+        reason=intent.reason or "",
+        source=intent.source,
+        target=intent.target,
+        at=now,
+        plan_id=intent.plan_id,
     )
     summary = (
         f"it runs on {intent.target}, its definition left shut off on {intent.source}: "

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
-from reconciler.core import convergence, headroom, intents
+from reconciler.core import backoff, convergence, headroom, intents, load_plan, load_view
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
 from reconciler.core.capacity import VmInfo
 from reconciler.core.feasibility import EPSILON
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
+from reconciler.core.load_view import NOTHING_UNKNOWN, Unknown
 from reconciler.core.mandatory import Mandatory, fixed_reason, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
@@ -42,7 +43,7 @@ from reconciler.model.plan import (
     Unsatisfiable,
     UnsatisfiableCode,
 )
-from reconciler.model.policy import Drift
+from reconciler.model.policy import Basis, Drift
 from reconciler.model.snapshot import MigrationClass, Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
@@ -82,36 +83,40 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
 
     max_unit = min(spec.parallel.cluster, spec.batch)
     mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift, max_unit)
-    steps: list[Step] = list(mandatory.steps)
-    mandatory_state = state.copy()
-
-    movable = _balance_movable(model, state, snapshot, history, mandatory.moved, now, desired)
-    rounds: dict[str, int] = {}
-    goals: list[ArchGoal] = []
-    for arch, hosts in model.arches.items():
-        # Over when observed so, or when this plan's mandatory moves would make it so: the
-        # next round would otherwise balance what this one could have.
-        over = max(spread_of(before, hosts), spread_of(state, hosts)) > spec.threshold
-        rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
-        balancing = over and rounds[arch] >= spec.hold_rounds
-        goals.append(ArchGoal(arch, hosts, balancing, float(spec.threshold)))
+    unknown = load_view.unknown(snapshot) if spec.basis is Basis.USED else NOTHING_UNKNOWN
+    blocked = load_plan.unknown_hosts(model, unknown)
+    movable = _balance_movable(
+        model, state, snapshot, history, mandatory.moved, now, desired, unknown, blocked
+    )
+    checked = load_plan.may_go_back(model, snapshot, spec.cooldown, now, movable)
     # A guest that would not converge is never moved for balance; one that needs help only
     # when no guest that converges on its own fixes the same imbalance (core.convergence).
     calm, helped = busy_guests(model, desired, movable)
-    balance = _Balance(model, before, mandatory, goals, desired)
-    steps, optimal, state = balance.run(state, steps, calm)
-    if helped != calm and balance.excess(state) > EPSILON:
-        more = balance.run(mandatory_state, list(mandatory.steps), helped)
-        if balance.excess(more[2]) < balance.excess(state) - EPSILON:
-            steps, optimal, state = more
-    reserve = headroom.keeping_reserve(
-        before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
-    )
-    if reserve.held:
-        steps, optimal = reserve.steps, None
-        state = before.copy()
-        for s in steps:
-            state.move(s.vm, s.target)
+    again = checked or helped != calm
+    after_mandatory = state.copy() if again else state
+    while True:
+        state = after_mandatory.copy() if again else after_mandatory
+        found = _balance(desired, history, model, before, state, mandatory, calm, blocked, unknown)
+        if helped != calm and _excess(found) > EPSILON:
+            more = _balance(
+                desired,
+                history,
+                model,
+                before,
+                after_mandatory.copy(),
+                mandatory,
+                helped,
+                blocked,
+                unknown,
+            )
+            if _excess(more) < _excess(found) - EPSILON:
+                found = more
+        steps, state, rounds, goals, optimal, reserve = found
+        back = load_plan.going_back(model, steps, snapshot, spec.cooldown, now) if checked else ()
+        if not back:
+            break
+        for v in back:  # within its doubled backoff: plan again without moving it
+            movable[v] = calm[v] = helped[v] = False
     spreads = [
         ArchSpread(
             arch=g.arch,
@@ -153,12 +158,106 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         copy_bytes=sum(m.copy_bytes for m in this_round),
         deferred=deferred,
         unsatisfiable=problems,
-        hosts=_host_loads(model, before, state),
+        hosts=_host_loads(model, before, state, load_plan.cpu_now(model, snapshot), blocked),
         spreads=spreads,
         imbalance_rounds=rounds,
         placement=proposed,
         optimal=optimal,
+        load=load_plan.plan_load(snapshot, unknown) if spec.basis is Basis.USED else None,
+        backoff=backoff.held(snapshot, spec.cooldown, now),
     )
+
+
+def _balance(
+    desired: DesiredState,
+    history: History,
+    model: Model,
+    before: State,
+    state: State,
+    mandatory: Mandatory,
+    movable: list[bool],
+    blocked: frozenset[int],
+    unknown: Unknown,
+) -> tuple[list[Step], State, dict[str, int], list[ArchGoal], bool | None, headroom.Kept]:
+    """Balance moves after the mandatory ones in ``state``, the exact plan where better and
+    the reserve kept: (steps, the state they leave, imbalance streaks, goals, optimal, what
+    the reserve held)."""
+    spec = desired.policy.spec
+    max_unit = min(spec.parallel.cluster, spec.batch)
+    steps: list[Step] = list(mandatory.steps)
+    rounds: dict[str, int] = {}
+    goals: list[ArchGoal] = []
+    exact_goals: list[ArchGoal] = []
+    max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
+    for arch, all_hosts in model.arches.items():
+        hosts = load_plan.balance_hosts(all_hosts, blocked)
+        # Over when observed so, or when this plan's mandatory moves would make it so: the
+        # next round would otherwise balance what this one could have.
+        over = max(spread_of(before, hosts), spread_of(state, hosts)) > spec.threshold
+        rounds[arch] = history.imbalance_rounds.get(arch, 0) + 1 if over else 0
+        balancing = over and rounds[arch] >= spec.hold_rounds and unknown.hold is None
+        goal = ArchGoal(arch, hosts, balancing, float(spec.threshold))
+        goals.append(goal)
+        if len(hosts) == len(all_hosts):
+            exact_goals.append(goal)
+        if balancing:
+            settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
+            found = plan_balance(state, arch, hosts, movable.__getitem__, settings)
+            max_balance -= len(found)
+            steps.extend(found)
+    optimal: bool | None = None
+    if not mandatory.problems and max_unit >= 1 and exact_goals:
+        drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
+        steps, optimal = improve(before, state, steps, exact_goals, movable.__getitem__, drift)
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
+    reserve = headroom.keeping_reserve(
+        before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
+    )
+    if reserve.held:
+        steps, optimal = reserve.steps, None
+        state = before.copy()
+        for s in steps:
+            state.move(s.vm, s.target)
+    return steps, state, rounds, goals, optimal, reserve
+
+
+Balanced = tuple[list[Step], State, dict[str, int], list[ArchGoal], bool | None, headroom.Kept]
+
+
+def _excess(found: Balanced) -> float:
+    """How far the balancing architectures stay over their threshold after ``found``."""
+    state, goals = found[1], found[3]
+    return sum(max(0.0, spread_of(state, g.hosts) - g.threshold) for g in goals if g.balancing)
+
+
+def busy_guests(
+    model: Model, desired: DesiredState, movable: list[bool]
+) -> tuple[list[bool], list[bool]]:
+    """``movable`` less the guests that need help to converge, and less the guests that would
+    not converge even with the help allowed (the same list when there are none of either)."""
+    calm, helped = movable, movable
+    for vm in model.vms:
+        if vm.dirty_rate is None or not movable[vm.index]:
+            continue
+        allow = convergence.allowed(desired, None, vm.migration_class, _copied(vm))
+        guess = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
+        if not convergence.needs_help(guess):
+            continue
+        if calm is movable:
+            calm, helped = list(movable), list(movable)
+        calm[vm.index] = False
+        helped[vm.index] = guess.converges
+    return calm, helped
+
+
+def _disk(vm: VmInfo) -> int:
+    return vm.disk_bytes if vm.migration_class is MigrationClass.COPY else 0
+
+
+def _copied(vm: VmInfo) -> int:
+    return vm.memory + _disk(vm)
 
 
 def _headroom(
@@ -228,8 +327,11 @@ def _balance_movable(
     moved: set[int],
     now: datetime,
     desired: DesiredState,
+    unknown: Unknown,
+    blocked: frozenset[int],
 ) -> list[bool]:
-    """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling or young."""
+    """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling, young,
+    of unknown load or on a host of unknown load."""
     spec = desired.policy.spec
     seen: dict[str, VmState] = {}
     for vm in snapshot.vms:  # the first sighting in (name, host) order, as in the model
@@ -246,87 +348,13 @@ def _balance_movable(
             and v not in moved
             and v not in model.rules.pinned
             and fixed_reason(state, v) is None
+            and info.name not in unknown.vms
+            and model.observed[v] not in blocked
         )
         if ok and obs is not None:
             ok = balance_hold(obs, spec, history, snapshot.taken_at, now) is None
         out.append(ok)
     return out
-
-
-class _Balance:
-    """The balance moves after the mandatory ones, for one choice of the VMs that may move."""
-
-    def __init__(
-        self,
-        model: Model,
-        before: State,
-        mandatory: Mandatory,
-        goals: list[ArchGoal],
-        desired: DesiredState,
-    ) -> None:
-        self.model, self.before, self.mandatory = model, before, mandatory
-        self.goals, self.desired = goals, desired
-
-    def run(
-        self, state: State, steps: list[Step], eligible: Sequence[bool]
-    ) -> tuple[list[Step], bool | None, State]:
-        """The steps (``steps`` and balance moves of the VMs ``eligible`` for them), whether
-        they are proven optimal, and the state they lead to; ``state`` is changed."""
-        spec = self.desired.policy.spec
-        max_balance = max(MAX_BALANCE_FACTOR * spec.batch, MIN_BALANCE_MOVES)
-        for goal in self.goals:
-            if goal.balancing:
-                settings = BalanceSettings(float(spec.threshold), float(spec.margin), max_balance)
-                found = plan_balance(state, goal.arch, goal.hosts, eligible.__getitem__, settings)
-                max_balance -= len(found)
-                steps.extend(found)
-        optimal: bool | None = None
-        if not self.mandatory.problems and min(spec.parallel.cluster, spec.batch) >= 1:
-            before = self.before
-            drift = (
-                _drift_targets(self.model, before, self.desired)
-                if spec.drift is Drift.REVERT
-                else {}
-            )
-            steps, optimal = improve(before, state, steps, self.goals, eligible.__getitem__, drift)
-            state = before.copy()
-            for s in steps:
-                state.move(s.vm, s.target)
-        return steps, optimal, state
-
-    def excess(self, state: State) -> float:
-        """How far the balancing architectures stay over their threshold, in points."""
-        return sum(
-            max(0.0, spread_of(state, g.hosts) - g.threshold) for g in self.goals if g.balancing
-        )
-
-
-def busy_guests(
-    model: Model, desired: DesiredState, movable: list[bool]
-) -> tuple[list[bool], list[bool]]:
-    """``movable`` less the guests that need help to converge, and less the guests that would
-    not converge even with the help allowed (the same list when there are none of either)."""
-    calm, helped = movable, movable
-    for vm in model.vms:
-        if vm.dirty_rate is None or not movable[vm.index]:
-            continue
-        allow = convergence.allowed(desired, None, vm.migration_class, _copied(vm))
-        guess = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
-        if not convergence.needs_help(guess):
-            continue
-        if calm is movable:
-            calm, helped = list(movable), list(movable)
-        calm[vm.index] = False
-        helped[vm.index] = guess.converges
-    return calm, helped
-
-
-def _disk(vm: VmInfo) -> int:
-    return vm.disk_bytes if vm.migration_class is MigrationClass.COPY else 0
-
-
-def _copied(vm: VmInfo) -> int:
-    return vm.memory + _disk(vm)
 
 
 def _move(
@@ -363,7 +391,13 @@ def _dedupe(problems: list[Unsatisfiable]) -> list[Unsatisfiable]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
+def _host_loads(
+    model: Model,
+    before: State,
+    after: State,
+    cpu_now: Mapping[str, float],
+    blocked: frozenset[int],
+) -> list[HostLoad]:
     out = []
     for h in model.hosts:
         i = h.index
@@ -383,6 +417,8 @@ def _host_loads(model: Model, before: State, after: State) -> list[HostLoad]:
                 score_after=round(after.score(i), 3),
                 vms_before=len(before.vms_on[i]),
                 vms_after=len(after.vms_on[i]),
+                cpu_now=cpu_now.get(h.name),
+                load_known=i not in blocked,
             )
         )
     return out

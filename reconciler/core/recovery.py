@@ -3,8 +3,10 @@
 - *Detection*: a host is a candidate once it has been unreachable in every observation of the
   active instance for ``grace`` (:func:`due`); a host that answers is never one, whatever it
   reports about its VMs.
-- *Fencing*: a fence that does not confirm the host off is retried with backoff
-  (:func:`fence_backoff`); nothing of that host is restarted meanwhile.
+- *Fencing*: a fence is believed only once confirmed: its command exited 0, its status action
+  (when it has one) says off, and libvirt on the host does not answer (:func:`unconfirmed`).
+  A fence that does not confirm the host off is retried with backoff (:func:`fence_backoff`);
+  nothing of that host is restarted meanwhile.
 - *Restart*: the VMs that ran on the fenced host at its last sighting, highest priority first
   (:func:`restart_order`), each placed where ``place`` would put a new VM of its size, name
   and labels, given the VMs restarted before it (:func:`restart_plan`); what one recovery
@@ -31,6 +33,8 @@ from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
 from reconciler.model.recovery import (
     HostRecovery,
+    PowerState,
+    PowerStatus,
     RecordedSighting,
     RecoverySpec,
     RecoveryState,
@@ -63,6 +67,18 @@ def fence_backoff(attempts: int) -> timedelta:
         return timedelta(0)
     wait: timedelta = BACKOFF_FIRST * (2 ** min(attempts - 1, 16))
     return min(wait, BACKOFF_MAX)
+
+
+def unconfirmed(host: str, power: PowerStatus | None, answer: str | None) -> str | None:
+    """Why a fence of ``host`` that exited 0 does not confirm it off, None when it does:
+    ``power`` is what its status action said (None: it has none), ``answer`` what libvirt on
+    the host answered afterwards (None: nothing)."""
+    if power is not None and power.state is not PowerState.OFF:
+        said = f" ({power.detail})" if power.detail else ""
+        return f"the fence exited 0 but its status action says {power.state.value}{said}"
+    if answer is not None:
+        return f"the fence exited 0 but libvirt on {host} still answers ({answer})"
+    return None
 
 
 def blockers(vm: VmState) -> list[str]:
@@ -322,13 +338,3 @@ def stale_copies(snapshot: Snapshot, returned: Iterable[str]) -> list[Stale]:
         for vm in snapshot.vms
         if vm.host in back and vm.uuid in running and vm.state is VmRunState.SHUTOFF
     ]
-
-
-def split_brain(snapshot: Snapshot) -> list[str]:
-    """VMs running (or paused) on two hosts at once outside a migration."""
-    moving = {f.uuid for f in snapshot.in_flight}
-    seen: dict[str, list[str]] = {}
-    for vm in snapshot.vms:
-        if vm.state in (VmRunState.RUNNING, VmRunState.PAUSED) and vm.uuid not in moving:
-            seen.setdefault(vm.uuid, []).append(f"{vm.name}@{vm.host}")
-    return [", ".join(v) for v in seen.values() if len(v) > 1]

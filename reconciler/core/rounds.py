@@ -6,6 +6,8 @@
   Reconciling and Stalled, the last result, the streaks), from what it did (:class:`RoundFacts`).
 - :func:`status_not_ready`: a status made not Ready after the fact (its record failed, or a
   person changed an entry it wrote).
+- :func:`with_duplicates`: the Duplicated condition of the VMs the status lists on two hosts
+  (``core.duplicates``), Ready False while there are any.
 - :func:`placement_updates`: the placement.yaml entries that follow what the round did.
 - :func:`snapshot_after_moves`: the round's observation with the VMs it moved on their targets,
   for the step that runs after it (dead-host recovery).
@@ -16,12 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from reconciler.core import duplicates as copies
 from reconciler.core.hugepages import pages_moved
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import (
+    Condition,
     ConditionType,
+    Duplicate,
     MoveOutcome,
     MoveResult,
     ReconcileStatus,
@@ -56,6 +61,8 @@ class RoundFacts:
     """Its moves were started (the executor ran)."""
     interrupted: bool = False
     failure: RoundFailure | None = None
+    duplicates: list[Duplicate] = field(default_factory=list)
+    """VMs its observation found on two hosts (``core.duplicates.found``)."""
 
 
 def trusted_status(status: ReconcileStatus | None, now: datetime) -> ReconcileStatus | None:
@@ -146,9 +153,17 @@ def round_status(
         conditions = with_condition(
             conditions, ConditionType.STALLED, False, "Progressing", "", finished
         )
+    found = base.duplicates
+    if snap is not None:  # and what it could not settle of the last one's
+        found = list(facts.duplicates)
+        seen = {d.uuid for d in found}
+        found += [d for d in copies.carried(base.duplicates, snap) if d.uuid not in seen]
+    if plan is not None and plan.load is not None:
+        conditions = _load_condition(conditions, plan, finished)
     return base.model_copy(
         update={
             "cluster": name,
+            "duplicates": found,
             "observed_revision": revision or base.observed_revision,
             "observed_since": observed_since,
             "last_observed_at": snap.taken_at if snap is not None else base.last_observed_at,
@@ -171,11 +186,61 @@ def round_status(
     )
 
 
+def _load_condition(conditions: list[Condition], plan: Plan, at: datetime) -> list[Condition]:
+    """LoadKnown: false while some VM's or host's load over the window is unknown."""
+    load = plan.load
+    assert load is not None
+    vms, hosts = load.unknown_vms, load.unknown_hosts
+    if load.problem is not None:
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, False, "LoadSourceFailed", load.problem, at
+        )
+    if vms or hosts:
+        message = (
+            f"the load over the window of {len(vms)} VM(s) and {len(hosts)} host(s) is "
+            f"unknown, balance leaves them alone: {', '.join((vms or hosts)[:10])}"
+            + (", ..." if len(vms or hosts) > 10 else "")
+        )
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, False, "WindowMissing", message, at
+        )
+    if load.basis == "sample":
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, True, "ShortSample", load.note or "", at
+        )
+    return with_condition(conditions, ConditionType.LOAD_KNOWN, True, "Window", "", at)
+
+
 def status_not_ready(
     status: ReconcileStatus, reason: str, message: str, at: datetime
 ) -> ReconcileStatus:
     """``status`` with Ready False for ``reason``, its other conditions as they were."""
     conditions = with_condition(status.conditions, ConditionType.READY, False, reason, message, at)
+    return status.model_copy(update={"conditions": conditions})
+
+
+def with_duplicates(
+    status: ReconcileStatus, previous: ReconcileStatus | None, at: datetime
+) -> ReconcileStatus:
+    """``status`` with its Duplicated condition: True, naming them, while it lists VMs on two
+    hosts, and then Ready False too (``Duplicated``, not Ready since ``previous`` was not);
+    False (``NoDuplicates``) otherwise."""
+    found = status.duplicates
+    message = copies.summary(found)
+    conditions = with_condition(
+        status.conditions,
+        ConditionType.DUPLICATED,
+        bool(found),
+        "Duplicated" if found else "NoDuplicates",
+        message,
+        at,
+    )
+    if found:
+        was = previous.condition(ConditionType.READY) if previous is not None else None
+        since = was.last_transition if was is not None and not was.status else at
+        conditions = with_condition(
+            conditions, ConditionType.READY, False, "Duplicated", message, since
+        )
     return status.model_copy(update={"conditions": conditions})
 
 

@@ -30,7 +30,7 @@ from reconciler.model.base import Frozen
 from reconciler.model.cluster import Host, effective_migration_limits, effective_reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.policy import BalancePolicySpec, Basis
-from reconciler.model.snapshot import HostState, Snapshot, VmState
+from reconciler.model.snapshot import HostState, Snapshot, UnmigratableReason, VmState
 
 UNKNOWN_ARCH = "unknown"
 
@@ -93,7 +93,7 @@ class State:
         self.vms_on: list[set[int]] = [set() for _ in range(n)]
         self.memory = [0] * n
         self.vcpus = [0] * n
-        self.cpu_load = [0.0] * n
+        self.cpu_load = [h.cpu_extra for h in model.hosts]
         self.mem_load = [0.0] * n
         self.pages: list[dict[int, int]] | None = [{} for _ in range(n)] if model.paged else None
         """Host -> page size in KiB -> huge pages its VMs hold (None: no VM uses them)."""
@@ -289,6 +289,13 @@ def build(
     in_flight = {f.name for f in snapshot.in_flight}
     sightings = Counter(v.name for v in snapshot.vms)
     in_flight |= {n for n, c in sightings.items() if c > 1}
+    if in_flight:  # a duplicate is not a migration: it says why it stays (``core.duplicates``)
+        in_flight -= {
+            v.name
+            for v in snapshot.vms
+            if v.name in in_flight
+            and any(u.code is UnmigratableReason.DUPLICATE for u in v.unmigratable)
+        }
     vms: list[VmInfo] = []
     observed_host: list[int] = []
     vm_index: dict[str, int] = {}
@@ -325,6 +332,14 @@ def build(
             )
         )
         observed_host.append(-1)
+    pressure = snapshot.load.pressure if snapshot.load is not None else {}
+    if pressure and spec.basis is Basis.USED:
+        hosts = [
+            dataclasses.replace(h, cpu_extra=pressure[h.name] / 100.0 * h.cpu_den)
+            if h.name in pressure and h.known
+            else h
+            for h in hosts
+        ]
     paged = any(vm.pages for vm in vms)
     if paged:
         room = rooms(snapshot.hosts, snapshot.vms)

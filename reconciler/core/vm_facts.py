@@ -1,4 +1,5 @@
-"""Per-VM facts that hold a VM back from balance moves: cooldown and minUptime.
+"""Per-VM facts that hold a VM back from balance moves: cooldown, the balance backoff and
+minUptime.
 
 Read only from the VM's own record (its domain metadata, carried in the snapshot) and from
 since when the cluster is observed; libvirt has no start time for a domain.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from reconciler.core import backoff
 from reconciler.model.history import History
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.snapshot import VmState
@@ -39,7 +41,12 @@ def age_of(vm: VmState, history: History, taken_at: datetime, now: datetime) -> 
 def balance_hold(
     vm: VmState, spec: BalancePolicySpec, history: History, taken_at: datetime, now: datetime
 ) -> str | None:
-    """Why ``vm`` may not move for balance at ``now`` (cooldown, minUptime), or None."""
+    """Why ``vm`` may not move for balance at ``now`` (cooldown, backoff, minUptime), or None.
+
+    The backoff after a balance move (:mod:`reconciler.core.backoff`) holds the VM for every
+    host; the longer hold on going back to the host it left is the planner's to check, on
+    the move it would make.
+    """
     record = vm.reconciler
     if (
         record.last_moved_at is None
@@ -50,6 +57,12 @@ def balance_hold(
         return None  # the common case, decided without date arithmetic
     if record.last_moved_at is not None and now - record.last_moved_at < spec.cooldown:
         return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
+    window = backoff.window(record, spec.cooldown)
+    if window is not None and now < window.until:
+        return (
+            f"moved for balance at {window.moved_at.isoformat()}, within its backoff (until "
+            f"{window.until.isoformat()})"
+        )
     failure = record.last_failure
     if failure is not None and now - failure.at < spec.cooldown:
         return f"a move failed at {failure.at.isoformat()}, within the cooldown"

@@ -27,6 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from reconciler.core import backoff
 from reconciler.core.admission import Admission, Verdict, judge
 from reconciler.core.admission_view import AdmissionView
 from reconciler.engine.ports import (
@@ -250,7 +251,11 @@ class Execution:
             self._skip(m, "VmGone", f"{m.vm} is not seen on {m.source}")
             return
         intent = MoveIntent(
-            plan_id=self.plan_id, source=m.source, target=m.target, started_at=started
+            plan_id=self.plan_id,
+            source=m.source,
+            target=m.target,
+            started_at=started,
+            reason=m.reason.value,
         )
         try:
             self.ports.recorder.record(
@@ -345,14 +350,13 @@ class Execution:
         old = seen.reconciler.model_copy(update={"intent": None})
         if r.succeeded:
             host = m.target
-            state = old.model_copy(
-                update={
-                    "last_moved_at": now,
-                    "last_moved_from": m.source,
-                    "last_moved_to": m.target,
-                    "last_plan_id": self.plan_id,
-                    "moves": old.moves + 1,
-                }
+            state = backoff.recorded(
+                old,
+                reason=m.reason.value,
+                source=m.source,
+                target=m.target,
+                at=now,
+                plan_id=self.plan_id,
             )
         else:
             host = r.running_on[0] if r.running_on else m.source

@@ -1,7 +1,8 @@
 """What ``/healthz`` answers: 200 while the loop makes progress, 503 with the reason when not.
 
-Stalled (an invalid desired state, or the round's own Stalled condition) and failing (the same
-error several rounds in a row) are unhealthy; a standby without the lease is healthy (it is
+Stalled (an invalid desired state, or the round's own Stalled condition), failing (the same
+error several rounds in a row) and duplicated (a VM on two hosts, the round's Duplicated
+condition) are unhealthy; a standby without the lease is healthy (it is
 doing its job), and so is a loop still waiting for its first complete observation.
 """
 
@@ -54,6 +55,9 @@ class Health:
 
     def stalled(self, reason: str, message: str) -> None:
         self._set(False, "stalled", reason, message)
+
+    def duplicated(self, message: str) -> None:
+        self._set(False, "duplicated", "Duplicated", message)
 
     def failing(self, count: int, message: str) -> None:
         self._set(False, "failing", "RoundsFailing", f"{count} rounds in a row failed: {message}")

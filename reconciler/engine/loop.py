@@ -137,6 +137,8 @@ class Loop:
     _policy: BalancePolicy | None = None
     _mode: Mode | None = None
     _due_reason: str = "start"
+    _rollout_due: datetime | None = None
+    """When a rollout in progress asked to be looked at again, from the last round's status."""
 
     # -- control -------------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class Loop:
         with bound(mode=mode.value):
             act = mode is Mode.APPLY and self._observed and self._may_act()
             status = self.run_round(trigger, act)
+            self._rollout_due = rollout_due(status)
             self.metrics.record_round(status, self._seconds_since(started))
             ready = round_ready(status)
             self._after(status, ready)
@@ -296,6 +299,9 @@ class Loop:
         else:
             self._failures = 0
             self.health.ok(status, waiting=not ready)
+        duplicated = status.condition(ConditionType.DUPLICATED)
+        if duplicated is not None and duplicated.status:  # whatever else the round says
+            self.health.duplicated(duplicated.message)
 
     def _failed(self, err: Exception, started: datetime) -> None:
         self._failures += 1
@@ -321,11 +327,28 @@ class Loop:
             opening = next_window_opening(self._policy, now)
             if opening is not None and opening < due:  # act as soon as a window opens
                 due, self._due_reason = opening, triggers.WINDOW
+        rollout = self._rollout_due
+        if rollout is not None and rollout < due:  # a rollout's step is due before that
+            due, self._due_reason = max(rollout, now + ROLLOUT_PAUSE), triggers.ROLLOUT
         self.next_due = due
         self.health.next_round(due)
 
     def _seconds_since(self, started: datetime) -> float:
         return max(0.0, (self.clock.now() - started).total_seconds())
+
+
+ROLLOUT_PAUSE = timedelta(seconds=1)
+"""The least time between two rounds a rollout asks for."""
+
+
+def rollout_due(status: ReconcileStatus) -> datetime | None:
+    """The earliest time a rollout in progress asked to be looked at again, if any."""
+    times = [
+        r.next_look
+        for r in status.rollouts
+        if r.next_look is not None and r.phase not in ("Done", "Stopped")
+    ]
+    return min(times, default=None)
 
 
 def _outcome(status: ReconcileStatus) -> str:

@@ -16,6 +16,10 @@ from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import MoveOutcome, ReconcileStatus, RoundOutcome
 
+DUPLICATE_KINDS = ("running", "defined")
+"""``reconciler_duplicate_vms{kind}``: running on two hosts, or defined on two."""
+ROLLOUT_PHASES = ("NotStarted", "InProgress", "Paused", "Blocked", "Stopped", "Done")
+"""The phases of a rollout (``reconciler.core.rollout.Phase``), each a series of its own."""
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 """Seconds: an observe-only round takes well under a second, one with migrations minutes."""
 
@@ -94,6 +98,33 @@ class Metrics:
             ["cluster", "host"],
             registry=r,
         )
+        self.duplicates = Gauge(
+            "reconciler_duplicate_vms",
+            "VMs the last observation found running on two hosts (kind=running) or defined on "
+            "two outside a move (kind=defined).",
+            ["cluster", "kind"],
+            registry=r,
+        )
+        self.load_unknown = Gauge(
+            "reconciler_load_unknown",
+            "Running VMs (kind=vm) and hosts (kind=host) whose load over the window is unknown "
+            "in the last plan; balance leaves them alone.",
+            ["cluster", "kind"],
+            registry=r,
+        )
+        self.rollout_phase = Gauge(
+            "reconciler_rollout_phase",
+            "1 for the phase a rollout is in (NotStarted, InProgress, Paused, Blocked, Stopped, "
+            "Done), 0 for the others.",
+            ["cluster", "rollout", "phase"],
+            registry=r,
+        )
+        self.rollout_hosts_out = Gauge(
+            "reconciler_rollout_hosts_out",
+            "Hosts a rollout holds out of service now (drained, being worked on).",
+            ["cluster", "rollout"],
+            registry=r,
+        )
         self.leader = Gauge(
             "reconciler_leader",
             "1 on the active instance, 0 on a standby.",
@@ -138,6 +169,8 @@ class Metrics:
         for outcome in MoveOutcome:
             self.migrations.labels(cluster, outcome.value)
         self.leader.labels(cluster).set(0)
+        for kind in DUPLICATE_KINDS:
+            self.duplicates.labels(cluster, kind).set(0)
 
     def record_fence(self, host: str, result: str) -> None:
         self.fences.labels(self.cluster, host, result).inc()
@@ -149,12 +182,25 @@ class Metrics:
         self.reconciles.labels(self.cluster, "error").inc()
         self.duration.labels(self.cluster).observe(seconds)
 
+    def record_rollouts(self, status: ReconcileStatus) -> None:
+        """The phase and hosts out of each rollout the round's status names."""
+        for state in status.rollouts:
+            for phase in ROLLOUT_PHASES:
+                value = 1 if phase == state.phase else 0
+                self.rollout_phase.labels(self.cluster, state.rollout, phase).set(value)
+            self.rollout_hosts_out.labels(self.cluster, state.rollout).set(len(state.out))
+
     def record_round(self, status: ReconcileStatus, seconds: float) -> None:
         """Count one finished round and the moves of its result (each result only once)."""
+        self.record_rollouts(status)
         result = status.last_result
         failed = result is not None and result.outcome is RoundOutcome.FAILED
         self.reconciles.labels(self.cluster, "error" if failed else "ok").inc()
         self.duration.labels(self.cluster).observe(seconds)
+        for kind in DUPLICATE_KINDS:
+            running = kind == "running"
+            count = sum(d.running is running for d in status.duplicates)
+            self.duplicates.labels(self.cluster, kind).set(count)
         if result is None:
             return
         key = (result.started_at, result.finished_at, result.plan_id)
@@ -201,6 +247,9 @@ class Metrics:
                 )
 
     def record_plan(self, plan: Plan) -> None:
+        load = plan.load  # None: basis allocated, no load is read
+        self.load_unknown.labels(self.cluster, "vm").set(len(load.unknown_vms) if load else 0)
+        self.load_unknown.labels(self.cluster, "host").set(len(load.unknown_hosts) if load else 0)
         for spread in plan.spreads:
             self.spread.labels(self.cluster, spread.arch).set(spread.before)
             self.spread_threshold.labels(self.cluster, spread.arch).set(spread.threshold)

@@ -13,11 +13,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from reconciler.core.load_samples import HostSample
 from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.audit import Comment, PullRequest, RepoCommit
+from reconciler.model.load import LoadSamples
 from reconciler.model.migration import MigrationProgress, MigrationResult
 from reconciler.model.plan import Move
-from reconciler.model.recovery import Fence, FenceResult, RecordedSighting, RecoveryState
+from reconciler.model.recovery import (
+    Fence,
+    FenceResult,
+    PowerStatus,
+    RecordedSighting,
+    RecoveryState,
+)
 from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import ReconcileStatus
 
@@ -32,6 +40,8 @@ __all__ = [
     "Record",
     "Recorded",
     "Lease",
+    "LoadSampler",
+    "LoadSampleStore",
     "MigrationProgress",
     "MigrationResult",
     "Migrator",
@@ -51,6 +61,23 @@ class Observer(Protocol):
 
     def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
         """A fresh look at only ``hosts`` (the two ends of a move), as a Snapshot of them."""
+        ...
+
+
+class LoadSampler(Protocol):
+    def sample(self) -> list[HostSample]:
+        """One CPU reading of every host's running VMs; a host that failed or did not answer
+        in time has its ``error`` (never raises for one host)."""
+        ...
+
+
+class LoadSampleStore(Protocol):
+    def load(self) -> LoadSamples | None:
+        """The samples kept, None when there are none (or they cannot be read, a warning)."""
+        ...
+
+    def save(self, samples: LoadSamples) -> None:
+        """Replace them, atomically; TerminalError when they cannot be written."""
         ...
 
 
@@ -108,6 +135,12 @@ class Fencer(Protocol):
         """Run ``fence`` for ``host``; never raises: the result says what happened."""
         ...
 
+    def status(self, host: str, fence: Fence) -> PowerStatus:
+        """The power state of ``host`` as the status action of ``fence`` reports it (asked
+        only of a fence that has one); never raises: ``unknown``, with why, when it cannot
+        tell."""
+        ...
+
 
 class Restarter(Protocol):
     """Defines and starts the VMs of a fenced host on the others."""
@@ -123,6 +156,11 @@ class Restarter(Protocol):
 
     def undefine(self, host: str, uuid: str) -> None:
         """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
+        ...
+
+    def answers(self, host: str) -> str | None:
+        """What libvirt on ``host`` says when asked now (a connection and one call, within
+        the connection's timeout), e.g. its version; None when it does not answer."""
         ...
 
 

@@ -7,8 +7,10 @@ One :meth:`Recovery.step` per round, on the round's observation:
    candidate, whatever it reports about its VMs.
 2. **Remember**: the inactive definition of every VM on a reachable host, kept in the
    state directory (``RecoveryStore``), so the VMs of a host that dies can be started elsewhere.
-3. **Fence** a host unreachable for ``grace``: its fence command, exit 0 only; a fence that
-   fails or times out restarts nothing and is retried with backoff.
+3. **Fence** a host unreachable for ``grace``: its fence command, exit 0 only, then confirmed:
+   the fence's status action (when it has one) must say off, and libvirt on the host must
+   not answer. A fence that fails, times out or is not confirmed restarts nothing and is
+   retried with backoff.
 4. **Restart** the VMs that ran on a fenced host, by priority, where ``place`` would put them;
    an intent is saved before each start, and every start is first checked against libvirt
    (the VM running or defined on any reachable host is not started again), so a crash of the
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from reconciler.core import duplicates
 from reconciler.core import recovery as decide
 from reconciler.core.definitions import redacted_definition
 from reconciler.engine.ports import (
@@ -47,7 +50,9 @@ from reconciler.model.acting import Record
 from reconciler.model.cluster import Host, effective_fence
 from reconciler.model.desired import DesiredState
 from reconciler.model.recovery import (
+    Fence,
     FenceOutcome,
+    FenceResult,
     HostRecovery,
     RecordedSighting,
     RecoveryState,
@@ -86,10 +91,14 @@ class RecoveryPorts:
 class RecoveryReport:
     fence_failing: dict[str, str] = field(default_factory=dict)
     """Host -> what its last fence said, for hosts not confirmed off."""
+    unconfirmed: list[str] = field(default_factory=list)
+    """Hosts of ``fence_failing`` whose fence exited 0 but was not confirmed."""
     fenced: list[str] = field(default_factory=list)
     restarted: dict[str, str] = field(default_factory=dict)
     not_restarted: dict[str, str] = field(default_factory=dict)
     undefined: list[str] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    """(UUID, host) of each stale copy undefined: no longer a duplicate."""
     unfenceable: list[str] = field(default_factory=list)
     """Hosts past grace without a fence configured: never recovered."""
     waiting: dict[str, datetime] = field(default_factory=dict)
@@ -179,9 +188,18 @@ class Recovery:
                 s.runs_on,
             )
             report.undefined.append(f"{s.vm}@{s.host}")
+            report.removed.append((s.uuid, s.host))
         hosts = {h: r for h, r in state.hosts.items() if h not in back or h in left}
         for h in back:
-            if h not in left:
+            if h in left:
+                continue
+            if state.hosts[h].fenced_at is None:
+                log.warning(
+                    "host %s answers again; it was never confirmed fenced and nothing of it "
+                    "was restarted",
+                    h,
+                )
+            else:
                 log.info("host %s is back; its recovery is over", h)
         intents = {u: i for u, i in state.intents.items() if i.source in hosts}
         return state.model_copy(update={"hosts": hosts, "intents": intents})
@@ -249,13 +267,15 @@ class Recovery:
             if record.next_attempt_at is not None and now < record.next_attempt_at:
                 report.waiting[host] = record.next_attempt_at
                 assert record.fence is not None
-                report.fence_failing[host] = f"{record.fence.outcome}: {record.fence.detail}"
+                _failing(report, host, record.fence)
                 return state
             if not act:
                 log.warning("host %s is a recovery candidate; not acting in this round", host)
                 return state
             log.warning("host %s unreachable since %s: fencing it", host, since.isoformat())
             result = self.ports.fencer.fence(host, fence)
+            if result.outcome is FenceOutcome.OK:
+                result = self._confirmed(host, fence, result)
             self.ports.on_fence(host, result.outcome)
             if result.outcome is not FenceOutcome.OK:
                 attempts = record.attempts + 1
@@ -271,7 +291,7 @@ class Recovery:
                 record = record.model_copy(
                     update={"fence": result, "attempts": attempts, "next_attempt_at": retry}
                 )
-                report.fence_failing[host] = f"{result.outcome}: {result.detail}"
+                _failing(report, host, result)
                 report.waiting[host] = retry
                 return _with_host(state, host, record, self.ports.store)
             log.warning("host %s fenced (%s)", host, result.detail or "exit 0")
@@ -283,6 +303,22 @@ class Recovery:
         if not act:
             return state
         return self._restart(desired, state, snapshot, host, record, now, report)
+
+    def _confirmed(self, host: str, fence: Fence, result: FenceResult) -> FenceResult:
+        """``result`` of a fence that exited 0, once confirmed: the fence's status action (when
+        it has one) asked for the host's power, then libvirt on the host asked whether it
+        answers; ``unconfirmed``, with why, unless the one says off and the other is silent."""
+        power = self.ports.fencer.status(host, fence) if fence.status_action() else None
+        answer = self.ports.restarter.answers(host)
+        why = decide.unconfirmed(host, power, answer)
+        seconds = result.seconds + (power.seconds if power is not None else 0)
+        if why is not None:
+            return FenceResult(outcome=FenceOutcome.UNCONFIRMED, detail=why, seconds=seconds)
+        said = [result.detail or "exit 0"]
+        if power is not None:
+            said.append(f"status action: {power.detail or 'off'}")
+        said.append("libvirt does not answer")
+        return result.model_copy(update={"detail": "; ".join(said), "seconds": seconds})
 
     def _restart(
         self,
@@ -435,6 +471,12 @@ class Recovery:
         report.recorded = recorded.where
 
 
+def _failing(report: RecoveryReport, host: str, result: FenceResult) -> None:
+    report.fence_failing[host] = f"{result.outcome}: {result.detail}"
+    if result.outcome is FenceOutcome.UNCONFIRMED:
+        report.unconfirmed.append(host)
+
+
 def _host(desired: DesiredState, name: str) -> Host:
     return next(h for h in desired.cluster.spec.hosts if h.name == name)
 
@@ -442,9 +484,12 @@ def _host(desired: DesiredState, name: str) -> Host:
 def with_recovered(
     status: ReconcileStatus, report: RecoveryReport, now: datetime
 ) -> ReconcileStatus:
-    """``status`` with the Recovered condition of ``report``."""
+    """``status`` with the Recovered condition of ``report``, and without the duplicates its
+    removal of stale copies settled."""
     trouble = report.trouble
-    if report.fence_failing:
+    if report.unconfirmed:
+        reason = "FenceUnconfirmed"
+    elif report.fence_failing:
         reason = "FenceFailed"
     elif report.unfenceable:
         reason = "NoFence"
@@ -460,7 +505,8 @@ def with_recovered(
     conditions = with_condition(
         status.conditions, ConditionType.RECOVERED, trouble is None, reason, message, now
     )
-    return status.model_copy(update={"conditions": conditions})
+    left = duplicates.without_removed(status.duplicates, report.removed)
+    return status.model_copy(update={"conditions": conditions, "duplicates": left})
 
 
 def _with_host(

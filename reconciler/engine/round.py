@@ -17,6 +17,10 @@ plan is confirmed. A round that acted leaves its record in the desired state's s
 placement edit, or an audit commit) before it returns, while the caller still holds the
 cluster.
 
+Every observation is checked for VMs on two hosts (``core.duplicates``): each is logged, held
+where it is (no move of it is planned, admitted or started) and listed in the status, whose
+Duplicated condition (and Ready) says so after the recovery step.
+
 Neon's lesson: nothing is decided before a complete observation. When the cluster has never
 been observed completely (a host did not answer), the round plans and reports but moves
 nothing; later, an unreachable host's VMs stay out of balance decisions (the planner treats
@@ -31,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.core import intents, planner, rounds
+from reconciler.core import duplicates, intents, planner, rounds
+from reconciler.core.rollout_vms import during_rollouts
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.observed import require_observed
 from reconciler.engine.ports import (
@@ -43,13 +48,14 @@ from reconciler.engine.ports import (
     Observer,
     StatusStore,
 )
+from reconciler.engine.rollouts import RolloutPorts, RolloutRound, carry_out, look
 from reconciler.errors import ReconcilerError, TerminalError, TransientError
 from reconciler.model.acting import Record
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
-from reconciler.model.status import MoveResult, ReconcileStatus, RoundOutcome
+from reconciler.model.status import Duplicate, MoveResult, ReconcileStatus, RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,9 @@ class RoundPorts:
     recovery: Callable[[DesiredState, Snapshot, ReconcileStatus], ReconcileStatus] | None = None
     """Run after the round on its observation, when it holds (dead-host recovery); returns
     the status with what it did."""
+    rollouts: RolloutPorts | None = None
+    """The rollouts' records, commands and hosts: a round that holds the cluster carries the
+    rollouts on when it acts, and plans with the hosts they hold out drained."""
 
 
 @dataclass
@@ -92,6 +101,10 @@ class RoundReport:
     record_error: ReconcilerError | None = None
     late: list[MoveResult] = field(default_factory=list)
     """Earlier moves of the reconciler's whose record was missing: recorded by this round."""
+    duplicates: list[Duplicate] = field(default_factory=list)
+    """VMs the observation found on two hosts: none of them was moved."""
+    rollouts: RolloutRound | None = None
+    """What the rollouts did this round and what they hold out."""
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -107,6 +120,7 @@ class RoundReport:
             results=list(self.results),
             acted=self.acted,
             interrupted=self.interrupted,
+            duplicates=list(self.duplicates),
             failure=None
             if error is None
             else rounds.RoundFailure(
@@ -152,6 +166,8 @@ class RoundOptions:
     """Told of every start, progress, end and skip of a move."""
     on_plan: Callable[[Plan, Snapshot], None] = _ignore
     """Told of the plan and the observation it was made from, before anything acts."""
+    instance: str = "reconciler"
+    """Who acts, as the rollouts' records name it."""
 
 
 def run_round(desired: DesiredState, ports: RoundPorts, options: RoundOptions) -> RoundReport:
@@ -189,9 +205,13 @@ def run_round(desired: DesiredState, ports: RoundPorts, options: RoundOptions) -
             trigger=options.trigger,
             revision=options.revision,
         )
+        if report.rollouts is not None:
+            report.status = report.status.model_copy(update={"rollouts": report.rollouts.states()})
         try:
             _after(desired, ports, report, options)
         finally:
+            # after the recovery step, which may have removed a stale copy since the look
+            report.status = rounds.with_duplicates(report.status, previous, ports.clock.now())
             if report.counted:
                 ports.status.save(report.status)
     return report
@@ -288,6 +308,16 @@ def _round(
     for line in distrusted:
         log.warning("ignoring a record dated in the future: %s", line)
     snapshot, resolutions = intents.resolved(sane, now)
+    found = duplicates.found(snapshot)
+    if found:  # whatever made them: said, and none of them moves
+        report.duplicates = found
+        snapshot = duplicates.held(snapshot, found)
+        for d in found:
+            log.error(
+                "duplicate VM: %s; no move of it until a person keeps one copy "
+                "(docs/recovery.md#duplicates)",
+                d.describe(),
+            )
     report.snapshot = snapshot
     late = intents.unrecorded_moves(
         desired.placement.spec.vms, snapshot, options.placement_changed_at
@@ -309,12 +339,24 @@ def _round(
     complete = not down
     if history.observed_since is None and complete:
         history = history.model_copy(update={"observed_since": snapshot.taken_at})
-    plan = planner.plan(desired, snapshot, history, now=now)
+    act = options.act
+    planned = desired
+    if ports.rollouts is not None and desired.rollouts and report.counted:
+        held = _rollouts(desired, snapshot, ports, ports.rollouts, options, act, history)
+        report.rollouts = held
+        if held.error is not None and not held.decisions:
+            act = False  # rollouts whose records cannot be read: hold everything back
+            report.not_acting = f"the rollouts' records could not be read: {held.error.message}"
+            log.warning("not acting: %s", report.not_acting)
+        if held.snapshot is not None:
+            snapshot = held.snapshot
+            report.snapshot = snapshot
+        planned = during_rollouts(desired, held.out, held.keep_out)
+    plan = planner.plan(planned, snapshot, history, now=now)
     report.plan = plan
     for line in _decisions(plan):
         log.info(line, extra={"plan_id": plan.plan_id})
     options.on_plan(plan, snapshot)
-    act = options.act
     ready = act and bool(plan.moves) and history.observed_since is not None
     if act and plan.moves and history.observed_since is None:
         report.not_acting = (
@@ -347,7 +389,7 @@ def _round(
         return
     report.acted = True
     execution = Execution(
-        desired,
+        planned,
         snapshot,
         plan.moves,
         Ports(ports.observer, ports.migrator, ports.recorder, ports.clock),
@@ -358,6 +400,40 @@ def _round(
         on_event=options.on_event,
     )
     report.results = execution.run()
+
+
+def _rollouts(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    ports: RoundPorts,
+    rollout_ports: RolloutPorts,
+    options: RoundOptions,
+    act: bool,
+    history: History,
+) -> RolloutRound:
+    """The rollouts carried on as far as they go now, in a round that acts on a cluster
+    observed completely once; otherwise only what they hold (nothing is done)."""
+    if act and history.observed_since is not None:
+        hold = ports.hold
+
+        def may_act() -> str | None:
+            if hold is not None and not hold.valid():
+                return "the hold on the cluster is no longer confirmed"
+            return None
+
+        return carry_out(
+            desired,
+            snapshot,
+            rollout_ports,
+            instance=options.instance,
+            may_act=may_act,
+            stop=options.stop,
+        )
+    try:
+        return look(desired, snapshot, rollout_ports.records, ports.clock.now())
+    except ReconcilerError as err:
+        log.error("rollouts: %s", err)
+        return RolloutRound(error=err)
 
 
 def _gates(hold: Hold | None, gate: Gate | None) -> Gate:

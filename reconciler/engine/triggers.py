@@ -23,6 +23,8 @@ LEADER = "leader"
 SCHEDULE = "schedule"
 OBSERVED = "observed"
 WINDOW = "window"
+ROLLOUT = "rollout"
+"""A rollout asked to be looked at again (a ready check, a settle time, a step's timeout)."""
 
 
 class Wakeup:

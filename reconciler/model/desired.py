@@ -1,4 +1,4 @@
-"""The desired state of one cluster: its four documents together."""
+"""The desired state of one cluster: its four documents together, and its rollouts."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from reconciler.model.base import API_VERSION, Frozen, Metadata
 from reconciler.model.cluster import Cluster
 from reconciler.model.placement import Placement
 from reconciler.model.policy import BalancePolicy
+from reconciler.model.rollout import Rollout
 from reconciler.model.rules import PlacementRules
 
 
 class DesiredState(Frozen):
-    """Cluster, policy, rules and placement of one cluster.
+    """Cluster, policy, rules and placement of one cluster, and its rollouts.
 
     Policy, rules and placement are optional in a folder; absent ones take their defaults.
+    Rollouts are the files of its ``rollouts/`` folder, by name.
     """
 
     cluster: Cluster
@@ -32,4 +34,7 @@ class DesiredState(Frozen):
         default_factory=lambda: Placement(
             api_version=API_VERSION, kind="Placement", metadata=Metadata(name="default")
         )
+    )
+    rollouts: list[Rollout] = Field(
+        default_factory=list, description="The rollouts of rollouts/, in name order."
     )

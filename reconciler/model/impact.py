@@ -39,6 +39,9 @@ class SideRound(Frozen):
     acted: bool = Field(description="Moves were applied in this round.")
     moves: int = Field(ge=0, description="Moves applied (this round's, within batch).")
     bytes: int = Field(ge=0, description="Guest memory of those moves.")
+    moved_back: int = Field(
+        ge=0, default=0, description="Of those, moves back to the host the VM's last move left."
+    )
     deferred: int = Field(ge=0, default=0)
     spread: dict[str, float] = Field(
         default_factory=dict, description="Architecture -> spread seen by this round."
@@ -64,6 +67,10 @@ class SideTotals(Frozen):
     acted: int = Field(ge=0, description="Rounds that moved at least one VM.")
     moves: int = Field(ge=0)
     bytes: int = Field(ge=0)
+    moved_back: int = Field(
+        ge=0, default=0, description="Moves back to the host the VM's last move left."
+    )
+    moves_per_day: float = Field(ge=0, default=0.0, description="Moves per day of the period.")
     peak_spread: dict[str, float] = Field(
         default_factory=dict, description="Architecture -> highest spread a round saw."
     )

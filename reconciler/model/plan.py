@@ -131,6 +131,16 @@ class HostLoad(Frozen):
     score_after: float = 0.0
     vms_before: int = 0
     vms_after: int = 0
+    cpu_now: float | None = Field(
+        default=None,
+        description="CPU% of its VMs in the observation's own short sample, beside cpu_before "
+        "over the window (None when the plan reads no window).",
+    )
+    load_known: bool = Field(
+        default=True,
+        description="false when the load of the host or of a VM on it over the window is "
+        "unknown: no balance move comes to it or leaves it.",
+    )
 
 
 class ArchSpread(Frozen):
@@ -145,6 +155,39 @@ class ArchSpread(Frozen):
     )
     hold_rounds: int = Field(ge=1)
     balancing: bool = Field(description="Balance moves were considered this round.")
+
+
+class PlanLoad(Frozen):
+    """What the plan's CPU figures were made of: a window, or a short sample."""
+
+    source: str = Field(description="samples | prometheus.")
+    basis: str = Field(description="window | sample (the observation's own short sample).")
+    window: float = Field(ge=0, description="Seconds.")
+    statistic: str = Field(description="mean | p95 | max.")
+    note: str | None = Field(default=None, description="Said plainly, e.g. a short sample.")
+    hold: str | None = Field(default=None, description="Why no balance move was made on it.")
+    problem: str | None = Field(default=None, description="Why the window was not read.")
+    unknown_vms: list[str] = Field(
+        default_factory=list, description="Running VMs whose load over the window is unknown."
+    )
+    unknown_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts whose load is unknown (an unknown VM on them, or their pressure).",
+    )
+
+
+class Backoff(Frozen):
+    """A VM moved for balance, held back from balance moves for a while."""
+
+    vm: str
+    host: str = Field(description="Where it runs.")
+    left: str | None = Field(default=None, description="The host its last move left.")
+    moved_at: AwareDatetime
+    until: AwareDatetime = Field(description="No balance move before this.")
+    back_until: AwareDatetime = Field(
+        description="No balance move back to the host it left before this (twice as long)."
+    )
+    doublings: int = Field(ge=0, description="Times the backoff doubled already.")
 
 
 class Plan(Frozen):
@@ -181,6 +224,12 @@ class Plan(Frozen):
         default=None,
         alias="optimal",
         description="true: proven to need the fewest moves; false: not proven; null: not tried.",
+    )
+    load: PlanLoad | None = Field(
+        default=None, description="What the CPU figures were made of (basis used)."
+    )
+    backoff: list[Backoff] = Field(
+        default_factory=list, description="VMs held back from balance by their backoff."
     )
 
     @property

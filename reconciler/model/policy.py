@@ -12,6 +12,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
+from reconciler.model.load import LoadSpec
 from reconciler.model.quantity import Duration, Percent, duration_within
 from reconciler.model.recovery import RecoverySpec
 
@@ -238,6 +239,10 @@ class BalancePolicySpec(Frozen):
     )
     score: ScoreWeights = Field(default_factory=ScoreWeights)
     basis: Basis = Field(default=Basis.USED, description="used (measured) | allocated.")
+    load: LoadSpec = Field(
+        default_factory=LoadSpec,
+        description="With basis used: the load over a window, from run's samples or Prometheus.",
+    )
     threshold: Percent = Field(
         default=20, description="Act when max-min host score within one architecture exceeds this."
     )

@@ -88,7 +88,8 @@ class RecoverySpec(Frozen):
 
 
 class Fence(Frozen):
-    """How to switch a host off for certain: a command, exit 0 = confirmed off."""
+    """How to switch a host off for certain: a command whose exit 0 says it did, then its
+    status action saying off and libvirt on the host not answering."""
 
     command: list[str] = Field(
         min_length=1,
@@ -99,12 +100,50 @@ class Fence(Frozen):
         json_schema_extra={"default": "30s"},
         description="A command running longer is killed and counts as a failed fence.",
     )
+    status: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="argv of the agent's status action, which must say off after the fence "
+        "({host} replaced). Default: the command with its action replaced by status "
+        "(--action=off, --action off, -o off; a fence_* agent without one gets "
+        "--action=status); a command with neither has no status action, and only libvirt "
+        "not answering confirms its fence.",
+    )
+
+    def status_action(self) -> list[str] | None:
+        """The status action's argv (``{host}`` not yet replaced); None when it has none."""
+        return list(self.status) if self.status is not None else status_command(self.command)
+
+
+def status_command(command: list[str]) -> list[str] | None:
+    """``command`` (a fence command) with its action replaced by ``status``; None when it
+    has no action to replace and is not a fence-agents agent."""
+    out = list(command)
+    for i, arg in enumerate(out):
+        if i == 0:
+            continue
+        if arg.startswith("--action="):
+            out[i] = "--action=status"
+            return out
+        if arg in ("--action", "-o") and i + 1 < len(out):
+            out[i + 1] = "status"
+            return out
+        if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+            out[i] = "-ostatus"
+            return out
+    if out[0].rsplit("/", 1)[-1].startswith("fence_"):
+        return [*out, "--action=status"]
+    return None
 
 
 class FenceOutcome(StrEnum):
     OK = "ok"
+    """Exit 0, then confirmed: the status action said off and libvirt did not answer."""
     FAILED = "failed"
     TIMEOUT = "timeout"
+    UNCONFIRMED = "unconfirmed"
+    """Exit 0, but the host was not confirmed off: its status action did not say off, or
+    libvirt on it answered."""
 
 
 class FenceResult(Frozen):

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from reconciler.model.base import ApiVersion, Frozen, HostName, VmName, VmUuid
+from reconciler.model.load import LoadView
 
 
 class VmRunState(StrEnum):
@@ -45,6 +46,8 @@ class UnmigratableReason(StrEnum):
     HOST_PASSTHROUGH_CPU = "HostPassthroughCpu"
     SHARED_MEMORY = "SharedMemory"
     IN_FLIGHT = "InFlight"
+    DUPLICATE = "Duplicate"
+    """It runs, or is defined, on two hosts: no move of it until a person keeps one copy."""
     OTHER = "Other"
 
 
@@ -107,6 +110,7 @@ class MoveIntent(Frozen):
     source: str
     target: str
     started_at: AwareDatetime
+    reason: str | None = Field(default=None, description="Why the move is made (Balance, ...).")
 
 
 class ReconcilerState(Frozen):
@@ -124,6 +128,16 @@ class ReconcilerState(Frozen):
     last_moved_to: str | None = None
     last_plan_id: str | None = Field(default=None, description="The plan of the last move.")
     moves: int = Field(default=0, ge=0, description="Moves made by the reconciler.")
+    last_reason: str | None = Field(
+        default=None, description="Why the last move was made (Balance, Drift, ...)."
+    )
+    backoff: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Times the balance backoff doubled: balance moves that took the VM back "
+        "to the host it had left, in a row.",
+    )
     last_failure: FailedMove | None = None
     intent: MoveIntent | None = Field(
         default=None, description="A migration started and not yet resolved."
@@ -233,3 +247,8 @@ class Snapshot(Frozen):
     hosts: list[HostState]
     vms: list[VmState]
     in_flight: list[InFlight] = Field(default_factory=list)
+    load: LoadView | None = Field(
+        default=None,
+        description="What the VMs' CPU figures were made of (a window, or a short sample); "
+        "None: the observation's own sample, as observed.",
+    )

@@ -30,6 +30,11 @@ class ConditionType(StrEnum):
     """Nothing can progress without a person: invalid desired state, every host unreachable."""
     RECOVERED = "Recovered"
     """False while a dead host is not fenced or its VMs are not all restarted elsewhere."""
+    DUPLICATED = "Duplicated"
+    """True while a VM runs on two hosts, or is defined on two outside a move in progress."""
+    LOAD_KNOWN = "LoadKnown"
+    """False while the load over the window of some VM or host is unknown (basis used): balance
+    leaves them alone."""
 
 
 class Condition(Frozen):
@@ -83,6 +88,22 @@ class MoveResult(Frozen):
     iterations: int | None = Field(default=None, ge=0, description="Passes over memory.")
 
 
+class Duplicate(Frozen):
+    """One VM (by UUID) seen on several hosts where it should be on one."""
+
+    vm: str = Field(description="Its name; names joined by '/' when the copies differ.")
+    uuid: str
+    hosts: list[str] = Field(min_length=2, description="Where a copy is, sorted.")
+    running: bool = Field(
+        description="true: it runs on each of these hosts (two guests writing its disks); "
+        "false: it is defined on them, running on one at most."
+    )
+
+    def describe(self) -> str:
+        how = "runs on" if self.running else "is defined on"
+        return f"{self.vm} ({self.uuid}) {how} {' and '.join(self.hosts)}"
+
+
 class RoundResult(Frozen):
     started_at: AwareDatetime
     finished_at: AwareDatetime
@@ -91,6 +112,22 @@ class RoundResult(Frozen):
     plan_id: str | None = None
     message: str = ""
     moves: list[MoveResult] = Field(default_factory=list)
+
+
+class RolloutState(Frozen):
+    """Where one rollout stood at the end of a round (``reconciler rollout status`` says more)."""
+
+    rollout: str
+    phase: str = Field(
+        description="NotStarted, InProgress, Paused, Blocked, Stopped (a step failed) or Done."
+    )
+    out: list[str] = Field(default_factory=list, description="Hosts it holds out.")
+    stopped_host: str | None = Field(default=None, description="Where it stopped, if it did.")
+    stopped_step: str | None = None
+    message: str = Field(default="", description="Why it stopped or waits, in a sentence.")
+    next_look: AwareDatetime | None = Field(
+        default=None, description="When it acts next at the latest (a timeout, a settle time)."
+    )
 
 
 class ReconcileStatus(Frozen):
@@ -109,8 +146,16 @@ class ReconcileStatus(Frozen):
     )
     rounds: int = Field(default=0, ge=0, description="Rounds recorded so far.")
     conditions: list[Condition] = Field(default_factory=list)
+    duplicates: list[Duplicate] = Field(
+        default_factory=list,
+        description="VMs the last observation found on two hosts (see the Duplicated "
+        "condition); every move of them is stopped.",
+    )
     last_result: RoundResult | None = None
     next_round_at: AwareDatetime | None = None
+    rollouts: list[RolloutState] = Field(
+        default_factory=list, description="The cluster's rollouts as the round left them."
+    )
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type is kind), None)

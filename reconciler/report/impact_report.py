@@ -108,6 +108,8 @@ def _totals_rows(b: SideTotals, h: SideTotals) -> list[tuple[str, str, str]]:
         ("rounds replayed", str(b.rounds), str(h.rounds)),
         ("rounds that acted", str(b.acted), str(h.acted)),
         ("moves", str(b.moves), str(h.moves)),
+        ("moves per day", f"{b.moves_per_day:g}", f"{h.moves_per_day:g}"),
+        ("moved back", str(b.moved_back), str(h.moved_back)),
         ("bytes moved", format_size(b.bytes), format_size(h.bytes)),
     ]
     for arch in sorted(set(b.peak_spread) | set(h.peak_spread)):

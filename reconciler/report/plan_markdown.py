@@ -12,7 +12,15 @@ from reconciler.model.placement import Placement
 from reconciler.model.plan import HostLoad, Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
 from reconciler.report.plan_patch import plan_patch_ops
-from reconciler.report.plan_table import _bar, busy_line, placement_updates, summary_line
+from reconciler.report.plan_table import (
+    BACKOFF_TITLE,
+    _bar,
+    backoff_text,
+    busy_line,
+    load_texts,
+    placement_updates,
+    summary_line,
+)
 
 MARKER = "reconciler-plan"
 
@@ -97,6 +105,14 @@ def _sections(
         out.append(block)
     if plan.unsatisfiable:
         out.append(["### Cannot be satisfied", "", *_unsatisfiable_rows(plan.unsatisfiable)])
+    load = load_texts(plan.load)
+    if load is not None:
+        out.append(
+            ["### Load", "", load[0], *([""] if load[1] else []), *(f"- {t}" for t in load[1])]
+        )
+    if plan.backoff:
+        held = [f"- {backoff_text(b, plan.created_at)}" for b in plan.backoff]
+        out.append(["### Balance backoff", "", BACKOFF_TITLE, "", *held])
     if plan.hosts:
         out.append(
             [

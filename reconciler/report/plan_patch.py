@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonpatch
-
 from reconciler.model.placement import Placement
 from reconciler.model.plan import Plan
 
@@ -38,6 +36,8 @@ def plan_patch_ops(placement: Placement, plan: Plan) -> list[dict[str, Any]]:
     """
     if not placement.spec.vms and plan.placement:
         return [{"op": "add", "path": "/spec/vms", "value": dict(sorted(plan.placement.items()))}]
+    import jsonpatch  # only here: placement_changes, on every plan, needs none of it
+
     patch = jsonpatch.make_patch(
         placement_document(placement), proposed_placement_document(placement, plan)
     )

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from itertools import groupby
 
 from reconciler.model.plan import (
     Assist,
+    Backoff,
     Candidate,
     HostLoad,
     Move,
     PlaceResult,
     Plan,
+    PlanLoad,
     Unsatisfiable,
 )
-from reconciler.model.quantity import format_size
+from reconciler.model.quantity import format_duration, format_size
 from reconciler.model.snapshot import MigrationClass
 
 WIDTH = 100
@@ -164,8 +167,51 @@ def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
             f"{_pct(h.memory_before)} -> {_pct(h.memory_after)}"
         )
         vms = f"vms {h.vms_before} -> {h.vms_after}"
-        lines.append(f"{head}  {cpu}  {mem}  {vms}")
+        now = "" if h.cpu_now is None else f"  (cpu now {h.cpu_now:.0f}%)"
+        unknown = "" if h.load_known else "  load unknown: no balance move"
+        lines.append(f"{head}  {cpu}  {mem}  {vms}{now}{unknown}")
     return lines
+
+
+def load_texts(load: PlanLoad | None) -> tuple[str, list[str]] | None:
+    """What the CPU figures were read on (a title), and what of it to say (sentences)."""
+    if load is None:
+        return None
+    window = format_duration(timedelta(seconds=load.window))
+    texts = [t for t in (load.problem, load.hold) if t]
+    if load.basis == "sample":
+        title = f"Load: the observation's own short CPU sample, not the {window} window"
+        if load.note:
+            title = f"Load: {load.note}"
+    else:
+        title = f"Load: {load.statistic} over {window}, from {load.source}"
+        texts[:0] = [load.note] if load.note else []
+    if load.unknown_vms or load.unknown_hosts:
+        what = f"unknown, left out of balance: hosts {', '.join(load.unknown_hosts) or 'none'}"
+        if load.unknown_vms:
+            shown = load.unknown_vms[:20]
+            what += f"; VMs {', '.join(shown)}" + (", ..." if len(load.unknown_vms) > 20 else "")
+        texts.append(what)
+    return title, texts
+
+
+def _when(at: datetime) -> str:
+    return at.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def backoff_text(b: Backoff, now: datetime) -> str:
+    """One VM the balance backoff holds, and until when."""
+    line = f"{b.vm} on {b.host}: moved {_when(b.moved_at)}"
+    if b.until > now:
+        line += f"; until {_when(b.until)}"
+    if b.left:
+        line += f"; back to {b.left} not before {_when(b.back_until)}"
+    if b.doublings:
+        line += f" (doubled {_plural(b.doublings, 'time')})"
+    return line
+
+
+BACKOFF_TITLE = "Balance backoff: moved for balance, not moved for balance again"
 
 
 def placement_updates(
@@ -219,6 +265,11 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
                 f"threshold {s.threshold:g}  rounds over {s.rounds_over}/{s.hold_rounds} "
                 f"holdRounds  {state}"
             )
+    load = load_texts(plan.load)
+    if load is not None:
+        out.extend(textwrap.wrap(load[0], WIDTH, subsequent_indent=INDENT))
+        for text in load[1]:
+            out.extend(textwrap.wrap(text, WIDTH, initial_indent=INDENT, subsequent_indent=INDENT))
 
     cols = _Columns([*plan.moves, *plan.deferred])
     out.append("")
@@ -249,6 +300,19 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
         out.append("")
         out.append(f"Unsatisfiable ({len(plan.unsatisfiable)}); no move can fix these:")
         out.extend(_unsatisfiable_lines(plan.unsatisfiable))
+
+    if plan.backoff:
+        out.append("")
+        out.append(f"{BACKOFF_TITLE} ({len(plan.backoff)}):")
+        for b in plan.backoff:
+            out.extend(
+                textwrap.wrap(
+                    backoff_text(b, plan.created_at),
+                    WIDTH,
+                    initial_indent=INDENT,
+                    subsequent_indent=INDENT * 3,
+                )
+            )
 
     if plan.hosts:
         out.append("")

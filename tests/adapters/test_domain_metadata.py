@@ -14,10 +14,20 @@ from reconciler.adapters.libvirt.domain_metadata import (
     parse_metadata,
     render_metadata,
 )
-from reconciler.model.snapshot import ReconcilerState
+from reconciler.model.snapshot import MoveIntent, ReconcilerState
 
 STATE = ReconcilerState(
-    last_moved_at=datetime(2024, 5, 1, 22, 10, 3, tzinfo=UTC), last_moved_from="kvm-02", moves=3
+    last_moved_at=datetime(2024, 5, 1, 22, 10, 3, tzinfo=UTC),
+    last_moved_from="kvm-02",
+    moves=3,
+    last_reason="Balance",
+    backoff=2,
+    intent=MoveIntent(
+        source="kvm-01",
+        target="kvm-02",
+        started_at=datetime(2024, 5, 3, 2, tzinfo=UTC),
+        reason="Balance",
+    ),
 )
 LABELS = {"app": "web", "tier": 'front & "edge" <1>'}
 
@@ -78,3 +88,9 @@ def test_libvirt_keeps_it_through_set_metadata() -> None:
         assert parse_metadata(element) == DomainMetadata(labels=LABELS, state=STATE)
     finally:
         conn.close()
+
+
+def test_a_malformed_backoff_reads_as_none() -> None:
+    for bad in ("-1", "65", "two"):
+        xml = render_metadata({}, STATE).replace('backoff="2"', f'backoff="{bad}"')
+        assert parse_metadata(xml).state.backoff == 0

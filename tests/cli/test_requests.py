@@ -45,6 +45,7 @@ ARGV: dict[str, list[str]] = {
     "run": ["run", "some/folder", "--identity", "standby-1"],
     "propose": ["propose", "--repo", "file:///srv/state.git"],
     "impact": ["impact", "--repo", "file:///srv/state.git", "--base", "main", "--head", "x"],
+    "rollout": ["rollout", "status", "kernel-2026-12", "some/folder", "--format", "json"],
 }
 """A command line of each command that builds a request."""
 BUILDER = {"undrain": "edit_request"}

@@ -63,7 +63,7 @@ def test_unknown_kind(tmp_path: Path) -> None:
 def test_unknown_key_points_at_the_key(tmp_path: Path) -> None:
     assert _policy(tmp_path, "threshold: 20", "treshold: 30") == [
         "lab/policy.yaml:6:3: error: spec.treshold: unknown key 'treshold' (did you mean "
-        "'threshold'? allowed here: mode, interval, score, basis, threshold, margin, "
+        "'threshold'? allowed here: mode, interval, score, basis, load, threshold, margin, "
         "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
         "migration, windows, record, recovery)"
     ]
@@ -72,7 +72,7 @@ def test_unknown_key_points_at_the_key(tmp_path: Path) -> None:
 def test_python_field_names_are_unknown_keys(tmp_path: Path) -> None:
     assert _policy(tmp_path, "hold_rounds: 3") == [
         "lab/policy.yaml:5:3: error: spec.hold_rounds: unknown key 'hold_rounds' (did you mean "
-        "'holdRounds'? allowed here: mode, interval, score, basis, threshold, margin, "
+        "'holdRounds'? allowed here: mode, interval, score, basis, load, threshold, margin, "
         "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
         "migration, windows, record, recovery)"
     ]

@@ -270,3 +270,32 @@ def test_the_snapshot_after_the_moves_has_each_moved_vm_on_its_target() -> None:
 
 def test_without_a_move_done_the_snapshot_is_the_same() -> None:
     assert snapshot_after_moves(SNAP, [result("a", MoveOutcome.FAILED)]) is SNAP
+
+
+# --- the load over the window -------------------------------------------------------------------
+
+
+def _load(**fields: object) -> dict[str, object]:
+    return {"source": "samples", "basis": "window", "window": 600, "statistic": "mean", **fields}
+
+
+@pytest.mark.parametrize(
+    ("load", "expected"),
+    [
+        (None, None),
+        (_load(), (True, "Window")),
+        (_load(basis="sample", note="a short sample"), (True, "ShortSample")),
+        (_load(unknownVms=["a"], unknownHosts=["h0"]), (False, "WindowMissing")),
+        (_load(unknownHosts=["h1"]), (False, "WindowMissing")),
+        (_load(problem="Prometheus did not answer"), (False, "LoadSourceFailed")),
+    ],
+)
+def test_load_known_says_whether_balance_may_read_every_host(
+    load: dict[str, object] | None, expected: tuple[bool, str] | None
+) -> None:
+    status = status_of(RoundFacts(plan=plan([], load=load), snapshot=SNAP))
+    assert conditions(status).get(ConditionType.LOAD_KNOWN) == expected
+    if expected is not None and not expected[0]:
+        found = status.condition(ConditionType.LOAD_KNOWN)
+        assert found is not None
+        assert found.message

@@ -32,7 +32,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_the_example_cluster_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "validate", str(REPO / "cluster-state"))
     assert (code, err) == (0, "")
-    assert out == f"{REPO}/cluster-state/: cluster lab: 3 hosts, 8 rules: valid\n"
+    assert out == f"{REPO}/cluster-state/: cluster lab: 3 hosts, 8 rules, 1 rollout: valid\n"
 
 
 def test_default_path_is_cluster_state(
@@ -41,7 +41,7 @@ def test_default_path_is_cluster_state(
     monkeypatch.chdir(REPO)
     assert _run(capsys, "validate") == (
         0,
-        "cluster-state/: cluster lab: 3 hosts, 8 rules: valid\n",
+        "cluster-state/: cluster lab: 3 hosts, 8 rules, 1 rollout: valid\n",
         "",
     )
 
@@ -246,6 +246,10 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "placement.json",
         "plan.json",
         "policy.json",
+        "rollout.json",
+        "rolloutplan.json",
+        "rolloutprogress.json",
+        "rolloutstatus.json",
         "rules.json",
         "snapshot.json",
         "status.json",
@@ -256,7 +260,9 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_schema_without_a_kind_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "schema", "nonsense")
     assert code == 2
-    assert err.startswith("error: give a KIND (cluster, policy, rules, placement, snapshot, plan")
+    assert err.startswith(
+        "error: give a KIND (cluster, policy, rules, placement, rollout, snapshot"
+    )
 
 
 def test_the_console_script(tmp_path: Path) -> None:
@@ -271,7 +277,7 @@ def test_the_console_script(tmp_path: Path) -> None:
         env=env,
     )
     assert (ok.returncode, ok.stderr) == (0, "")
-    assert ok.stdout.endswith("cluster lab: 3 hosts, 8 rules: valid\n")
+    assert ok.stdout.endswith("cluster lab: 3 hosts, 8 rules, 1 rollout: valid\n")
     bad = subprocess.run(
         [str(script), "validate", "lab"],
         capture_output=True,

@@ -55,6 +55,7 @@ def test_the_record_of_a_successful_move_says_why_it_moved_and_what_it_cost() ->
         last_moved_to="b",
         last_plan_id=PLAN,
         moves=1,
+        last_reason="Balance",
     )
     (result,) = run.results.values()
     assert events == [

@@ -320,3 +320,28 @@ def test_metrics_ok_rounds_are_counted(mode: Mode) -> None:
     run_until(loop, rnd, 3)
     assert sample(loop, "reconciler_reconciles_total", result="ok") == 3
     assert sample(loop, "reconciler_reconcile_duration_seconds_count") == 3
+
+
+def test_a_rollout_in_progress_brings_the_next_round_forward() -> None:
+    from reconciler.model.status import RolloutState
+
+    def waiting(seconds: int, phase: str = "InProgress") -> ReconcileStatus:
+        def make_status() -> ReconcileStatus:
+            now = START + timedelta(seconds=1)
+            base = status(now)
+            state = RolloutState(
+                rollout="r", phase=phase, next_look=START + timedelta(seconds=seconds)
+            )
+            return base.model_copy(update={"rollouts": [state]})
+
+        return make_status()
+
+    script: list[Any] = [waiting(30), waiting(30, "Stopped")]
+    loop, _, rnd, _ = make(policy(Mode.OBSERVE, timedelta(minutes=10)), script)
+    run_until(loop, rnd, 3)
+    assert rnd.calls[1].at == START + timedelta(seconds=30)
+    assert rnd.calls[1].trigger == "rollout"
+    # a stopped rollout waits for a person: the interval again
+    assert rnd.calls[2].at == START + timedelta(seconds=30 + 1 + 600)
+    assert sample(loop, "reconciler_rollout_phase", rollout="r", phase="Stopped") == 1
+    assert sample(loop, "reconciler_rollout_phase", rollout="r", phase="InProgress") == 0

@@ -7,12 +7,21 @@ import contextlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import pytest
+
 from reconciler.engine.recovery import Recovery, RecoveryPorts, with_recovered
 from reconciler.errors import TerminalError
 from reconciler.model.base import HostName
 from reconciler.model.cluster import ClusterSpec, Defaults
 from reconciler.model.desired import DesiredState
-from reconciler.model.recovery import Fence, FenceOutcome, FenceResult, RecoveryState
+from reconciler.model.recovery import (
+    Fence,
+    FenceOutcome,
+    FenceResult,
+    PowerState,
+    PowerStatus,
+    RecoveryState,
+)
 from reconciler.model.snapshot import (
     Snapshot,
     Unmigratable,
@@ -25,7 +34,11 @@ from tests.core.builders import desired, host, host_state, vm
 from tests.fakes import FakeClock
 
 LOCAL = UnmigratableReason.LOCAL_DISK
+RUNNING = VmRunState.RUNNING
 FENCE = Fence(command=["fence", "{host}"])
+"""A fence without a status action: only libvirt's silence confirms it."""
+AGENT = Fence(command=["fence_ipmilan", "--ip={host}-bmc", "--action=off"])
+"""A fence agent: its status action (``--action=status``) must say off too."""
 
 
 @dataclass
@@ -41,6 +54,15 @@ class World:
     undefined: list[tuple[str, str]] = field(default_factory=list)
     crash_after_start: bool = False
     saved: RecoveryState | None = None
+    status_says: PowerState | None = None
+    """What the fence's status action answers; None: the truth (off once fenced for real)."""
+    lying: bool = False
+    """The fence exits 0 without switching anything off."""
+    thaws_during_fence: bool = False
+    """The host answers libvirt again while its fence runs."""
+    powered_off: set[str] = field(default_factory=set)
+    asked_status: list[str] = field(default_factory=list)
+    outcomes: list[tuple[str, FenceOutcome]] = field(default_factory=list)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -53,7 +75,19 @@ class World:
     # Fencer
     def fence(self, host: str, fence: Fence) -> FenceResult:
         self.fenced.append(host)
+        if self.thaws_during_fence:
+            self.up[host] = True
+        if self.fence_says is FenceOutcome.OK and not self.lying:
+            self.kill(host)
+            self.powered_off.add(host)
         return FenceResult(outcome=self.fence_says)
+
+    def status(self, host: str, fence: Fence) -> PowerStatus:
+        self.asked_status.append(host)
+        if self.status_says is not None:
+            return PowerStatus(state=self.status_says, detail=f"Status: {self.status_says}")
+        state = PowerState.OFF if host in self.powered_off else PowerState.ON
+        return PowerStatus(state=state, detail=f"Status: {state.value.upper()}")
 
     # Restarter
     def definitions(self, host: str) -> dict[str, str]:
@@ -68,6 +102,9 @@ class World:
         )
         if self.crash_after_start:
             raise KeyboardInterrupt  # the reconciler dies right after libvirt started it
+
+    def answers(self, host: str) -> str | None:
+        return "libvirt 10.0.0" if self.up[host] else None
 
     def undefine(self, host: str, uuid: str) -> None:
         if self.domains[(host, uuid)].state is not VmRunState.SHUTOFF:
@@ -89,6 +126,10 @@ class World:
             if key[0] == name:
                 self.domains[key] = d.model_copy(update={"state": VmRunState.SHUTOFF})
 
+    def freeze(self, name: str) -> None:
+        """The host's libvirt hangs: it answers nothing, its VMs keep running."""
+        self.up[name] = False
+
     def running(self, uuid: str) -> list[str]:
         return [
             h
@@ -96,15 +137,20 @@ class World:
             if u == uuid and d.state is VmRunState.RUNNING and self.up[h]
         ]
 
+    def running_anywhere(self, uuid: str) -> list[str]:
+        """Hosts where the VM runs, a host whose libvirt hangs included."""
+        return [h for (h, u), d in self.domains.items() if u == uuid and d.state is RUNNING]
 
-def cluster(*, fence: bool = True, **recovery: object) -> tuple[World, DesiredState, Recovery]:
+
+def cluster(
+    *, fence: bool = True, agent: bool = False, **recovery: object
+) -> tuple[World, DesiredState, Recovery]:
     base = desired(
         [host("a"), host("b"), host("c")],
         recovery={"enabled": True, "grace": "60s", **recovery},
     )
-    spec = ClusterSpec(
-        hosts=base.cluster.spec.hosts, defaults=Defaults(fence=FENCE if fence else None)
-    )
+    chosen = (AGENT if agent else FENCE) if fence else None
+    spec = ClusterSpec(hosts=base.cluster.spec.hosts, defaults=Defaults(fence=chosen))
     d = base.model_copy(update={"cluster": base.cluster.model_copy(update={"spec": spec})})
     vms = [vm("web", "a"), vm("db", "a", memory_gib=8), vm("other", "b")]
     world = World(
@@ -116,7 +162,13 @@ def cluster(*, fence: bool = True, **recovery: object) -> tuple[World, DesiredSt
 
 
 def _ports(world: World) -> RecoveryPorts:
-    return RecoveryPorts(fencer=world, restarter=world, store=world, clock=world.clock)
+    return RecoveryPorts(
+        fencer=world,
+        restarter=world,
+        store=world,
+        clock=world.clock,
+        on_fence=lambda h, outcome: world.outcomes.append((h, outcome)),
+    )
 
 
 def rounds(world: World, d: DesiredState, rec: Recovery, n: int, every: float = 20) -> None:
@@ -256,3 +308,99 @@ def test_nothing_happens_when_recovery_is_disabled() -> None:
     rounds(world, d, rec, 6)
     assert world.fenced == []
     assert world.starts == []
+
+
+# --- fences verified, not believed ----------------------------------------------------------
+
+
+def assert_never_twice(world: World) -> None:
+    for uuid in ("uuid-web", "uuid-db"):
+        assert len(world.running_anywhere(uuid)) == 1, (uuid, world.starts)
+
+
+def test_a_confirmed_fence_asks_the_agents_status_and_libvirt_then_restarts() -> None:
+    world, d, rec = cluster(agent=True)
+    rounds(world, d, rec, 1)
+    world.freeze("a")  # it hangs; the fence switches it off for real
+    rounds(world, d, rec, 5)
+    assert world.fenced == ["a"]
+    assert world.asked_status == ["a"]
+    assert world.outcomes == [("a", FenceOutcome.OK)]
+    assert_never_twice(world)
+    assert len(world.starts) == 2
+    assert world.saved is not None
+    fence = world.saved.hosts["a"].fence
+    assert fence is not None
+    assert "status action: Status: OFF" in fence.detail
+    assert "libvirt does not answer" in fence.detail
+
+
+def test_a_lying_fence_whose_status_action_says_on_restarts_nothing() -> None:
+    world, d, rec = cluster(agent=True)
+    world.lying = True
+    rounds(world, d, rec, 1)
+    world.freeze("a")  # its VMs keep running
+    rounds(world, d, rec, 7, every=15)  # fenced 60 s after, again 15 s later
+    assert world.starts == []
+    assert world.fenced == ["a", "a"]
+    assert world.outcomes == [("a", FenceOutcome.UNCONFIRMED)] * 2
+    assert rec.last.unconfirmed == ["a"]
+    assert "status action says on (Status: ON)" in rec.last.fence_failing["a"]
+    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    condition = status.condition(ConditionType.RECOVERED)
+    assert condition is not None
+    assert not condition.status
+    assert condition.reason == "FenceUnconfirmed"
+    world.up["a"] = True  # it answers again: nothing ever ran twice
+    rounds(world, d, rec, 3)
+    assert_never_twice(world)
+    assert world.starts == []
+    assert world.saved is not None
+    assert "a" not in world.saved.hosts
+
+
+@pytest.mark.parametrize("said", [PowerState.UNKNOWN, PowerState.ON])
+def test_a_status_action_that_does_not_say_off_restarts_nothing(said: PowerState) -> None:
+    world, d, rec = cluster(agent=True)
+    world.status_says = said
+    rounds(world, d, rec, 1)
+    world.kill("a")  # dead for real, but the agent cannot tell
+    rounds(world, d, rec, 8)
+    assert len(world.fenced) >= 2  # retried with backoff, never believed
+    assert world.starts == []
+    assert rec.last.unconfirmed == ["a"]
+
+
+def test_a_host_that_answers_again_before_the_fence_returns_is_not_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world, d, rec = cluster()  # no status action: libvirt's answer alone decides
+    world.lying = True
+    world.thaws_during_fence = True
+    rounds(world, d, rec, 1)
+    world.freeze("a")
+    rounds(world, d, rec, 5)
+    assert world.fenced == ["a"]
+    assert world.asked_status == []  # the fence has no status action to ask
+    assert world.starts == []
+    assert world.outcomes == [("a", FenceOutcome.UNCONFIRMED)]
+    assert_never_twice(world)
+    assert "the fence exited 0 but libvirt on a still answers (libvirt 10.0.0)" in caplog.text
+    assert "host a answers again; it was never confirmed fenced" in caplog.text
+
+
+def test_a_fenced_host_that_answers_again_before_its_restarts_cancels_them() -> None:
+    world, d, rec = cluster(reserveHosts=0)
+    rounds(world, d, rec, 1)
+    world.kill("a")
+    # no host has room for db yet: web restarts, db waits for a later step
+    big = world.domains[("b", "uuid-other")].model_copy(update={"memory_max": 60 * 2**30})
+    world.domains[("b", "uuid-other")] = big
+    world.domains[("c", "uuid-hog")] = vm("hog", "c", memory_gib=60)
+    rounds(world, d, rec, 4)
+    started = [u for _, u in world.starts]
+    assert "uuid-db" not in started, started
+    world.up["a"] = True  # answers again: what was not restarted is not, ever
+    del world.domains[("c", "uuid-hog")]
+    rounds(world, d, rec, 4)
+    assert "uuid-db" not in [u for _, u in world.starts]

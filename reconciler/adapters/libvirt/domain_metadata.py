@@ -10,11 +10,12 @@ left alone and libvirt keeps it through live migration::
         </placement:labels>
         <placement:state firstSeen="2024-04-02T08:00:00+00:00" moves="3"
                          lastMovedAt="2024-05-01T22:10:03+00:00" lastMovedFrom="kvm-02"
-                         lastMovedTo="kvm-01" lastPlan="sha256:..."/>
+                         lastMovedTo="kvm-01" lastPlan="sha256:..." lastReason="Balance"
+                         backoff="1"/>
         <placement:failure at="2024-05-02T01:00:00+00:00" from="kvm-01" to="kvm-03"
                            plan="sha256:..." error="target host unreachable"/>
         <placement:intent startedAt="2024-05-03T02:00:00+00:00" from="kvm-01" to="kvm-02"
-                          plan="sha256:..."/>
+                          plan="sha256:..." reason="Balance"/>
       </placement:vm>
     </metadata>
 
@@ -116,12 +117,17 @@ def _time(element: ET.Element, attribute: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def _parse_state(element: ET.Element) -> ReconcilerState:
-    moves = 0
+def _count(element: ET.Element, attribute: str, high: int) -> int:
+    """A count from 0 to ``high``; 0 when absent or malformed."""
     try:
-        moves = max(0, int(element.get("moves", "0")))
+        value = int(element.get(attribute, "0"))
     except ValueError:
-        moves = 0
+        return 0
+    return value if 0 <= value <= high else 0
+
+
+def _parse_state(element: ET.Element) -> ReconcilerState:
+    moves = _count(element, "moves", 2**62)
     return ReconcilerState(
         first_seen=_time(element, "firstSeen"),
         last_moved_at=_time(element, "lastMovedAt"),
@@ -129,6 +135,8 @@ def _parse_state(element: ET.Element) -> ReconcilerState:
         last_moved_to=element.get("lastMovedTo") or None,
         last_plan_id=element.get("lastPlan") or None,
         moves=moves,
+        last_reason=element.get("lastReason") or None,
+        backoff=_count(element, "backoff", 64),
     )
 
 
@@ -152,7 +160,11 @@ def _parse_intent(element: ET.Element) -> MoveIntent | None:
     if at is None or not source or not target:
         return None
     return MoveIntent(
-        started_at=at, source=source, target=target, plan_id=element.get("plan") or None
+        started_at=at,
+        source=source,
+        target=target,
+        plan_id=element.get("plan") or None,
+        reason=element.get("reason") or None,
     )
 
 
@@ -200,10 +212,13 @@ def render_metadata(
             ("lastMovedFrom", state.last_moved_from),
             ("lastMovedTo", state.last_moved_to),
             ("lastPlan", state.last_plan_id),
+            ("lastReason", state.last_reason),
         )
         for attribute, text in optional:
             if text is not None:
                 attrs.append(f'{attribute}="{_attr(text)}"')
+        if state.backoff:
+            attrs.append(f'backoff="{state.backoff}"')
         lines.append(f"  <{p}state {' '.join(attrs)}/>")
     if state is not None and state.last_failure is not None:
         f = state.last_failure
@@ -225,6 +240,8 @@ def render_metadata(
         ]
         if i.plan_id is not None:
             attrs.append(f'plan="{_attr(i.plan_id)}"')
+        if i.reason is not None:
+            attrs.append(f'reason="{_attr(i.reason)}"')
         lines.append(f"  <{p}intent {' '.join(attrs)}/>")
     lines.append(f"</{p}vm>")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Starting a VM from its saved definition on a host, and removing stale definitions.
 
-One connection per call, closed afterwards. ``start`` is idempotent on libvirt's truth: a
+One connection per call, closed afterwards. ``answers`` asks a host whether its libvirt
+answers at all (a fenced host must not). ``start`` is idempotent on libvirt's truth: a
 domain with the VM's UUID already on the host is started (or left running), never defined
 twice.
 """
@@ -18,7 +19,7 @@ from reconciler.adapters.libvirt.connection import (
     map_error,
     open_connection,
 )
-from reconciler.errors import ConfigError, TerminalError
+from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, TerminalError
 from reconciler.model.cluster import Cluster
 
 
@@ -86,3 +87,18 @@ class LibvirtRestarter:
             raise map_error("undefine", host, err) from err
         finally:
             close_connection(conn)
+
+    def answers(self, host: str) -> str | None:
+        """libvirt's version on ``host`` when it answers within the connection's timeout
+        (open, then one call); None when it does not."""
+        try:
+            conn = self._open(host)
+        except (HostUnreachable, HostTimeout):
+            return None
+        try:
+            version = int(conn.getLibVersion())
+        except libvirt.libvirtError:
+            return None
+        finally:
+            close_connection(conn)
+        return f"libvirt {version // 1_000_000}.{version // 1000 % 1000}.{version % 1000}"

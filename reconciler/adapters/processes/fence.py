@@ -7,12 +7,13 @@ call (a process it left behind holding its output included). Exit 0 is the only
 confirmation that the host is off; any other exit, a command that cannot start or one that
 runs past its timeout is not.
 
-``status`` runs the agent's status action: the ``status`` argv given, or else the fence
-command with its action replaced by ``status`` (the fence-agents convention: ``--action=off``,
-``--action off``, ``-o off``; an agent named ``fence_*`` without an action gets
-``--action=status``). fence-agents answer ``Status: ON`` with exit 0 and ``Status: OFF`` with
-exit 2; a script may print ``on`` or ``off`` and exit 0. Anything else (another exit, no such
-word, both words, a timeout) is ``unknown``: never taken for off.
+``status`` runs the agent's status action: the ``status`` argv given, else the fence's own
+``status``, or else the fence command with its action replaced by ``status`` (the
+fence-agents convention: ``--action=off``, ``--action off``, ``-o off``; an agent named
+``fence_*`` without an action gets ``--action=status``). fence-agents answer ``Status: ON``
+with exit 0 and ``Status: OFF`` with exit 2; a script may print ``on`` or ``off`` and exit 0.
+Anything else (another exit, no such word, both words, a timeout) is ``unknown``: never taken
+for off.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from reconciler.model.recovery import (
     FenceResult,
     PowerState,
     PowerStatus,
+    status_command,
 )
+
+__all__ = ["CommandFencer", "power_state", "status_command"]
 
 TAIL: Final = 300
 """Characters of the command's output kept in the result."""
@@ -44,27 +48,6 @@ def _argv(command: Sequence[str], host: str) -> list[str]:
 
 def _said(result: CommandResult) -> str:
     return result.output.strip()[-TAIL:]
-
-
-def status_command(command: Sequence[str]) -> list[str] | None:
-    """``command`` (a fence command) with its action replaced by ``status``; None when it
-    has no action to replace and is not a fence-agents agent."""
-    out = list(command)
-    for i, arg in enumerate(out):
-        if i == 0:
-            continue
-        if arg.startswith("--action="):
-            out[i] = "--action=status"
-            return out
-        if arg in ("--action", "-o") and i + 1 < len(out):
-            out[i + 1] = "status"
-            return out
-        if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
-            out[i] = "-ostatus"
-            return out
-    if os.path.basename(out[0]).startswith("fence_"):
-        return [*out, "--action=status"]
-    return None
 
 
 def power_state(result: CommandResult) -> PowerState:
@@ -102,9 +85,9 @@ class CommandFencer:
 
     def status(self, host: str, fence: Fence, command: Sequence[str] | None = None) -> PowerStatus:
         """The power state of ``host`` as its fence agent reports it: ``command`` (argv,
-        ``{host}`` replaced) or else the fence command's status action, within the fence's
-        timeout. Never raises: ``unknown`` with the reason when it cannot tell."""
-        argv = list(command) if command is not None else status_command(fence.command)
+        ``{host}`` replaced) or else the fence's status action, within the fence's timeout.
+        Never raises: ``unknown`` with the reason when it cannot tell."""
+        argv = list(command) if command is not None else fence.status_action()
         if argv is None:
             return PowerStatus(
                 state=PowerState.UNKNOWN,

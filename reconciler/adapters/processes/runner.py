@@ -144,8 +144,16 @@ class _Output:
         return bytes(self.head + self.tail)
 
 
-def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+def _environment(
+    extra: Mapping[str, str] | None, inherit: Sequence[str] | None = None
+) -> dict[str, str]:
+    """The reconciler's environment without its own secrets (only the ``inherit`` variables
+    of it when given), and ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SECRET_ENV and (inherit is None or k in inherit)
+    }
     env.update(extra or {})
     return env
 
@@ -174,11 +182,13 @@ def run_command(
     cwd: Path | None = None,
     max_output: int = MAX_OUTPUT,
     secrets: Sequence[str] = (),
+    inherit: Sequence[str] | None = None,
 ) -> CommandResult:
     """Run ``argv`` for at most ``timeout`` seconds, output included; never raises for what
     the command does. ``env`` is added to the reconciler's environment (without its own
-    secrets); ``input`` is written to its stdin (else stdin is empty); ``secrets`` are values
-    (e.g. a password in ``env``) that must appear neither on argv nor in the output."""
+    secrets; only its ``inherit`` variables when given); ``input`` is written to its stdin
+    (else stdin is empty); ``secrets`` are values (e.g. a password in ``env``) that must appear
+    neither on argv nor in the output."""
     args = tuple(argv)
     started = time.monotonic()
     if not args:
@@ -198,7 +208,7 @@ def run_command(
     log.debug("running %s (timeout %g s)", " ".join(args), timeout)
     try:
         done = run_process(
-            args, timeout=timeout, env=_environment(env), input=input, cwd=cwd,
+            args, timeout=timeout, env=_environment(env, inherit), input=input, cwd=cwd,
             max_output=max_output,
         )  # fmt: skip
     except OSError as err:

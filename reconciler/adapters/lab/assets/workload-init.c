@@ -102,56 +102,21 @@ static double busy_share(const struct settings *s, double t)
     return percent / 100.0;
 }
 
-/*
- * One per vCPU, pinned to it: busy for the share of each slice, asleep for the rest.
- *
- * "Busy" is counted in work, not in time: the burner spins in small rounds of CHUNK steps and
- * does as many steps in a slice as its vCPU does in share * SLICE seconds when it runs
- * undisturbed. That pace is the mean of the rounds of the last slices that took less than four
- * times the quickest one: a round during which the machine running the guest took the vCPU
- * away takes far longer, and is left out. So when that machine is busy for a while, the burner
- * goes on until the work is done rather than stopping at a time: the vCPU costs the machine the
- * share of a core it was told, as long as the machine has it to give.
- */
-#define CHUNK 2000
+/* One per vCPU, pinned to it: busy for the share of each slice, asleep for the rest. */
 static void *burner(void *arg)
 {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET((int)(long)arg, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    double pace = 0; /* steps per second of an undisturbed vCPU, as seen lately */
-    volatile long steps = 0;
     double next = now();
     for (;;) {
         double start = now();
         if (next < start - SLICE)
-            next = start; /* far behind (the guest was paused, or starved): start afresh */
+            next = start; /* far behind (the guest was paused): start afresh */
         struct settings s = snapshot();
-        double share = busy_share(&s, start);
-        double work = share * SLICE * pace, done = 0, round_start = start;
-        double quickest = 1e9, undisturbed = 0;
-        long rounds = 0;
-        /* until the work is done (the whole slice at 100%), at most two slices of time; by time
-           until the pace is known */
-        while (share > 0 && (pace == 0 || done < work || (share >= 1.0 && now() < start + SLICE))) {
-            for (int i = 0; i < CHUNK; i++)
-                steps++;
-            done += CHUNK;
-            double t = now(), took = t - round_start;
-            round_start = t;
-            if (took > 0 && took < quickest)
-                quickest = took;
-            if (took > 0 && took < 4 * quickest) {
-                undisturbed += took;
-                rounds++;
-            }
-            if (t > start + 2 * SLICE || (pace == 0 && t > start + share * SLICE))
-                break;
-        }
-        if (rounds >= 10) {
-            double seen = (double)rounds * CHUNK / undisturbed;
-            pace = pace == 0 ? seen : 0.8 * pace + 0.2 * seen;
+        double busy_until = start + busy_share(&s, start) * SLICE;
+        while (now() < busy_until) {
         }
         next += SLICE;
         sleep_until(next);

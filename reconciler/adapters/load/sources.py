@@ -1,0 +1,133 @@
+"""The load over the window, put into an observation: from ``run``'s samples or Prometheus.
+
+``WindowedObserver`` wraps an observer: every ``observe()`` comes back with each VM's CPU over
+the window (``reconciler.core.load_view``), and every fresh look at a few hosts
+(``observe_hosts``, admission's) with the figures of that round. A load source that fails
+never fails the round: its VMs' load is unknown, said in the plan, and balance does not act
+on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from reconciler.adapters.files.load_samples import FileLoadSamples
+from reconciler.adapters.prometheus.client import PrometheusClient
+from reconciler.core import load_samples, load_view
+from reconciler.errors import ReconcilerError
+from reconciler.model.load import LoadSpec, LoadView
+from reconciler.model.quantity import format_duration
+from reconciler.model.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+HOLD = (
+    "no balance move on a short sample: keep `reconciler run` sampling for a window, or give "
+    "apply --balance-on-sample"
+)
+
+
+class LoadReader(Protocol):
+    def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
+        """``snapshot`` with its VMs' load over ``spec.window`` ending ``now``."""
+        ...
+
+
+class SnapshotSource(Protocol):
+    def observe(self) -> Snapshot: ...
+
+    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot: ...
+
+
+class SamplesLoad:
+    """The window ``run`` keeps in the state directory.
+
+    ``short``: when the samples are not fresh (``run`` is not sampling), decide on the
+    observation's own short sample and say so (``plan``, ``apply``, ``impact``), holding
+    balance when ``hold`` (``apply`` without ``--balance-on-sample``); without it (``run``
+    itself), what the samples cover is the window and the rest is unknown.
+    """
+
+    def __init__(self, store: FileLoadSamples, *, short: bool, hold: bool = False) -> None:
+        self.store = store
+        self.short = short
+        self.hold = hold
+
+    def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
+        where = str(self.store.path.parent)
+        try:
+            samples = self.store.load()
+        except ReconcilerError as err:
+            log.warning("load samples not read: %s", err)
+            if self.short:
+                return self._short(snapshot, spec, err.message)
+            return load_view.failed(snapshot, spec, err.message, now)
+        stale = load_samples.stale(samples, spec, now, where)
+        if stale is not None and self.short:
+            return self._short(snapshot, spec, stale)
+        series = load_samples.readings(samples) if samples is not None else {}
+        return load_view.from_readings(snapshot, spec, series, now)
+
+    def _short(self, snapshot: Snapshot, spec: LoadSpec, why: str) -> Snapshot:
+        note = (
+            f"the observation's own short CPU sample, not the {format_duration(spec.window)} "
+            f"window: {why}"
+        )
+        return load_view.short_sample(snapshot, spec, note, hold=HOLD if self.hold else None)
+
+
+class PrometheusLoad:
+    """The window from Prometheus: one range query for every VM (and one for the hosts'
+    pressure, when the policy reads it) each time."""
+
+    def __init__(self, client: Callable[[LoadSpec], PrometheusClient] | None = None) -> None:
+        self._client = client or (lambda spec: PrometheusClient(spec.prometheus))
+
+    def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
+        end = now.timestamp()
+        start = end - spec.window.total_seconds()
+        step = spec.sample_every.total_seconds()
+        client = self._client(spec)
+        try:
+            vms = client.range_query(
+                spec.prometheus.vm_cpu, start=start, end=end, step=step, label="domain"
+            )
+            hosts = None
+            if spec.prometheus.host_pressure is not None:
+                hosts = client.range_query(
+                    spec.prometheus.host_pressure, start=start, end=end, step=step, label="host"
+                )
+        except ReconcilerError as err:
+            log.warning("load over the window unknown: %s", err)
+            return load_view.failed(snapshot, spec, err.message, now)
+        finally:
+            client.close()
+        return load_view.from_points(snapshot, spec, vms, now, host_points=hosts)
+
+
+class WindowedObserver:
+    """``inner``'s observations with the load over the window of ``spec`` from ``reader``."""
+
+    def __init__(
+        self,
+        inner: SnapshotSource,
+        spec: LoadSpec,
+        reader: LoadReader,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.inner = inner
+        self.spec = spec
+        self.reader = reader
+        self.clock = clock
+        self.view: LoadView | None = None
+
+    def observe(self) -> Snapshot:
+        snapshot = self.reader.window(self.inner.observe(), self.spec, self.clock())
+        self.view = snapshot.load
+        return snapshot
+
+    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
+        return load_view.reapplied(self.inner.observe_hosts(hosts), self.view)

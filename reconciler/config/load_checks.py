@@ -1,0 +1,99 @@
+"""Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets, a
+``prometheus`` section that is not read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from reconciler.config.findings import DocPath, Finding, Severity, path_text
+from reconciler.config.yaml_source import Document
+from reconciler.model.load import MAX_SAMPLES, LoadSource
+from reconciler.model.policy import BalancePolicySpec
+from reconciler.model.quantity import format_duration
+
+
+def _at(
+    doc: Document | None, path: DocPath, severity: Severity, message: str, hint: str
+) -> Finding:
+    if doc is None:
+        return Finding(severity=severity, file="", path=path_text(path), message=message, hint=hint)
+    line, column = doc.position(path)
+    return Finding(
+        file=doc.file,
+        line=line,
+        column=column,
+        severity=severity,
+        path=path_text(path),
+        message=message,
+        hint=hint,
+    )
+
+
+def _given(doc: Document | None, *path: str) -> bool:
+    """Whether the policy file writes ``path`` itself (not a default)."""
+    if doc is None:
+        return False
+    node: object = doc.data
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Finding]:
+    """Every problem of ``spec.load`` in the policy document ``policy``."""
+    load = spec.load
+    base: DocPath = ("spec", "load")
+    out: list[Finding] = []
+    window, every = load.window, load.sample_every
+    shown_window, shown_every = format_duration(window), format_duration(every)
+    if window < 2 * every:
+        out.append(
+            _at(
+                policy,
+                (*base, "window"),
+                Severity.ERROR,
+                f"window {shown_window} holds fewer than two samples taken every {shown_every}: "
+                "no load could ever be told over it",
+                f"use a window of at least {format_duration(2 * every)}, or a shorter "
+                "sampleEvery",
+            )
+        )
+    samples = window / every
+    if samples > MAX_SAMPLES:
+        fewer = timedelta(seconds=-(-window.total_seconds() // MAX_SAMPLES))
+        out.append(
+            _at(
+                policy,
+                (*base, "sampleEvery"),
+                Severity.ERROR,
+                f"a {shown_window} window sampled every {shown_every} holds {samples:.0f} "
+                f"samples per VM; at most {MAX_SAMPLES}",
+                f"use sampleEvery: {format_duration(fewer)} or more, or a shorter window",
+            )
+        )
+    url = urlsplit(load.prometheus.url)
+    if url.password is not None or url.username is not None:
+        out.append(
+            _at(
+                policy,
+                (*base, "prometheus", "url"),
+                Severity.ERROR,
+                "the Prometheus URL holds credentials, which would be kept in git",
+                "remove user:password@ from it; give a bearer token in "
+                "RECONCILER_PROMETHEUS_TOKEN instead",
+            )
+        )
+    if load.source is LoadSource.SAMPLES and _given(policy, "spec", "load", "prometheus"):
+        out.append(
+            _at(
+                policy,
+                (*base, "prometheus"),
+                Severity.WARNING,
+                "prometheus is not read: the load comes from run's own samples (source: samples)",
+                "set source: prometheus to read it, or remove it",
+            )
+        )
+    return out

@@ -1,0 +1,77 @@
+"""``run``'s own load samples, taken between (and during) its rounds: the window
+``spec.load.source: samples`` decides on.
+
+A thread of its own, so a round that migrates for minutes leaves no gap in the window. Every
+``sampleEvery`` it reads every host once (``LoadSampler``), adds the readings to the window
+kept in the state directory and drops what is older (``reconciler.core.load_samples``). The
+policy is asked each time (``current``): with ``basis: allocated`` or ``source: prometheus``
+nothing is sampled. A sample that fails is logged and the next one is taken on time; a host
+that did not answer leaves a gap in its VMs' windows, never a zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from reconciler.core.load_samples import added
+from reconciler.engine.loop import Sleep, real_sleep
+from reconciler.engine.ports import Clock, LoadSampler, LoadSampleStore
+from reconciler.errors import ReconcilerError
+from reconciler.model.load import LoadSpec
+
+log = logging.getLogger(__name__)
+
+IDLE = 30.0
+"""Seconds between looks at the policy while it asks for no samples."""
+
+
+@dataclass
+class SampleKeeper:
+    cluster: str
+    current: Callable[[], tuple[LoadSpec, LoadSampler] | None]
+    """The load settings and the sampler now; None while nothing is to be sampled."""
+    store: LoadSampleStore
+    clock: Clock
+    sleep: Sleep = real_sleep
+    samples: int = 0
+    _hosts_down: frozenset[str] = field(default_factory=frozenset)
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample until ``stop`` is set."""
+        while not stop.is_set():
+            started = self.clock.now()
+            every = self.once()
+            spent = (self.clock.now() - started).total_seconds()
+            self.sleep(max(0.0, every - spent), stop)
+
+    def once(self) -> float:
+        """One sample, if the policy asks for one; the seconds until the next."""
+        try:
+            got = self.current()
+        except ReconcilerError as err:  # an invalid policy: the rounds report it
+            log.debug("not sampling: %s", err)
+            return IDLE
+        if got is None:
+            return IDLE
+        spec, sampler = got
+        every = spec.sample_every.total_seconds()
+        readings = sampler.sample()
+        down = frozenset(s.host for s in readings if s.error is not None)
+        for s in readings:
+            if s.error is not None and s.host not in self._hosts_down:
+                log.warning("load sample of %s: %s", s.host, s.error)
+        for host in self._hosts_down - down:
+            log.info("load sample of %s: answering again", host)
+        self._hosts_down = down
+        try:
+            kept = self.store.load()
+            taken = self.clock.now().timestamp()
+            self.store.save(added(kept, self.cluster, spec, readings, taken))
+        except ReconcilerError as err:
+            log.warning("load sample not kept: %s", err)
+            return every
+        self.samples += 1
+        return every

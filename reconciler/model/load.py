@@ -1,0 +1,206 @@
+"""Load over a window: how ``basis: used`` reads what the VMs really do (``spec.load``), and
+what one observation's load figures were made of (``Snapshot.load``).
+
+A VM's load is the CPU it used (in cores) over ``window``, summed up by ``statistic``, from the
+samples ``reconciler run`` keeps (``source: samples``) or from Prometheus (``source:
+prometheus``). A VM whose window is mostly missing has an unknown load, never zero: balance
+moves that depend on it are not made. Per-host pressure (PSI) from Prometheus adds to a
+host's CPU utilisation.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Final
+
+from pydantic import AwareDatetime, Field
+
+from reconciler.model.base import Frozen
+from reconciler.model.quantity import Duration, duration_within
+
+MIN_COVERED: Final = 0.5
+"""A VM's window is known when samples cover at least this share of it: a window mostly
+missing (a new VM, a gap in sampling, Prometheus not answering) is unknown, never zero."""
+MAX_SAMPLES: Final = 720
+"""Samples of one VM a window may hold (``window / sampleEvery``): 6h at 30s. Bounds what
+``run`` keeps per VM and the points a Prometheus range query returns per series."""
+DEFAULT_VM_CPU: Final = "sum by (domain) (rate(libvirt_domain_info_cpu_time_seconds_total[1m]))"
+"""CPU cores each VM used, by its ``domain`` label (the libvirt domain name), from Debian's
+prometheus-libvirt-exporter; ``sum by`` joins the series of a VM that moved between hosts."""
+DEFAULT_PROMETHEUS_URL: Final = "http://127.0.0.1:9090"
+
+Window = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=10),
+        timedelta(days=7),
+        too_short="window {value} is too short to tell steady load from a spike; use at "
+        "least 10s, e.g. 10m",
+    ),
+]
+"""The span every balance decision reads: 10s to 7d."""
+SampleEvery = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=1),
+        timedelta(hours=1),
+        too_short="sampleEvery {value}: sample at most once a second; use at least 1s, e.g. 30s",
+    ),
+]
+"""Between two samples (and the step of a Prometheus range query): 1s to 1h."""
+QueryTimeout = Annotated[
+    Duration,
+    duration_within(
+        timedelta(0),
+        timedelta(minutes=5),
+        above=True,
+        too_short="timeout {value} would give up before Prometheus can answer; use e.g. 10s",
+    ),
+]
+"""The longest a Prometheus query may take: more than 0, at most 5m."""
+
+
+class LoadSource(StrEnum):
+    SAMPLES = "samples"
+    """Kept by ``reconciler run`` itself: one ``getAllDomainStats`` per host every
+    ``sampleEvery``, in its state directory."""
+    PROMETHEUS = "prometheus"
+    """Read from a Prometheus server, one range query per round for all VMs."""
+
+
+class Statistic(StrEnum):
+    MEAN = "mean"
+    P95 = "p95"
+    MAX = "max"
+
+
+class PrometheusSpec(Frozen):
+    """Where the load comes from with ``source: prometheus``; every query can be replaced."""
+
+    url: str = Field(
+        default=DEFAULT_PROMETHEUS_URL,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Base URL of the Prometheus server (its HTTP API is under /api/v1).",
+    )
+    vm_cpu: str = Field(
+        default=DEFAULT_VM_CPU,
+        min_length=1,
+        alias="vmCpu",
+        description="PromQL giving the CPU cores each VM uses at an instant, one series per VM "
+        "labelled domain=<VM name>; evaluated over the window at a step of sampleEvery.",
+    )
+    host_pressure: str | None = Field(
+        default=None,
+        min_length=1,
+        alias="hostPressure",
+        description="Optional PromQL giving each host's CPU pressure as the share of time "
+        "(0-1) some task waited for a CPU, labelled host=<host name>; added to the host's CPU "
+        "utilisation (0.1 = 10 points).",
+    )
+    timeout: QueryTimeout = Field(
+        default=timedelta(seconds=10),
+        description="The longest a query may take; more than 0, at most 5m.",
+    )
+
+
+class LoadSpec(Frozen):
+    """How ``basis: used`` reads the load: over a window, never on one spike."""
+
+    source: LoadSource = Field(
+        default=LoadSource.SAMPLES, description="samples (kept by run) | prometheus."
+    )
+    window: Window = Field(
+        default=timedelta(minutes=10),
+        description="Every balance decision uses the load over this span; 10s to 7d.",
+    )
+    statistic: Statistic = Field(
+        default=Statistic.MEAN, description="mean | p95 | max of the load over the window."
+    )
+    sample_every: SampleEvery = Field(
+        default=timedelta(seconds=30),
+        alias="sampleEvery",
+        description="How often run samples between rounds (samples), or the step of the range "
+        "query (prometheus); 1s to 1h.",
+    )
+    prometheus: PrometheusSpec = Field(
+        default_factory=PrometheusSpec, description="With source: prometheus: where and what."
+    )
+
+
+class LoadBasis(StrEnum):
+    WINDOW = "window"
+    """Each VM's load over the window (known or not)."""
+    SAMPLE = "sample"
+    """The observation's own short CPU sample: no window was at hand."""
+
+
+class VmLoad(Frozen):
+    """One VM's CPU, in host cores (1.0 = one core busy)."""
+
+    now: float | None = Field(
+        default=None, ge=0, description="The observation's own short sample, if any."
+    )
+    window: float | None = Field(
+        default=None,
+        ge=0,
+        description="The statistic over the window; None when the window is mostly missing.",
+    )
+    covered: float = Field(
+        default=0.0, ge=0, le=1, description="Share of the window samples cover."
+    )
+
+
+class LoadView(Frozen):
+    """What one snapshot's CPU figures were made of, attached by the load source.
+
+    With ``basis: window`` each VM's ``cpu_used`` in the snapshot is its load over the window
+    where known (``vms[name].window``); where unknown it keeps the short sample, which
+    mandatory moves (hostLimit) may read but balance never decides on.
+    """
+
+    source: LoadSource
+    basis: LoadBasis
+    window: Duration
+    statistic: Statistic
+    until: AwareDatetime = Field(description="The end of the window.")
+    vms: dict[str, VmLoad] = Field(default_factory=dict, description="By VM name.")
+    pressure: dict[str, float] = Field(
+        default_factory=dict,
+        description="Host -> CPU utilisation points its pressure adds (hostPressure).",
+    )
+    unknown_hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Host -> why its own load (pressure) is unknown.",
+    )
+    problem: str | None = Field(
+        default=None, description="Why the window could not be read at all (every VM unknown)."
+    )
+    note: str | None = Field(
+        default=None, description="Said in the plan, e.g. that the load is a short sample."
+    )
+    hold: str | None = Field(
+        default=None, description="Why no balance move is made on this load (none when empty)."
+    )
+
+
+class VmSamples(Frozen):
+    """The CPU readings ``run`` keeps of one VM, oldest first."""
+
+    uuid: str = Field(description="The domain's UUID: another domain of the name starts anew.")
+    readings: list[tuple[float, int, str, int]] = Field(
+        default_factory=list,
+        description="(seconds since the epoch, cumulative CPU time in ns, host, libvirt's "
+        "domain ID) per reading.",
+    )
+
+
+class LoadSamples(Frozen):
+    """What ``run`` keeps of the VMs' CPU between rounds, in its state directory."""
+
+    cluster: str
+    every: float = Field(gt=0, description="sampleEvery when they were taken, seconds.")
+    last: float | None = Field(
+        default=None, description="When the last sample was taken, seconds since the epoch."
+    )
+    vms: dict[str, VmSamples] = Field(default_factory=dict, description="By VM name.")
