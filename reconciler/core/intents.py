@@ -98,19 +98,7 @@ def resolved(snapshot: Snapshot, now: datetime) -> tuple[Snapshot, list[Resoluti
         if any(v.state_reason in POST_COPY_REASONS for v in seen):
             continue  # held by a post-copy, going on or failed: see post_copy_failures
         if _ended_out_of_sight(seen):
-            lost = seen[0]
-            blocker = Unmigratable(
-                code=UnmigratableReason.IN_FLIGHT,
-                detail="its migration ended on its source but it runs on no host seen",
-            )
-            replaced[(name, lost.host)] = lost.model_copy(
-                update={
-                    "migratable": False,
-                    "unmigratable": [blocker],
-                    "migration_class": MigrationClass.IMMOVABLE,
-                    "migration_reasons": [blocker.detail],
-                }
-            )
+            replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
             continue
         half = _half_cold_move(seen) or _settled_live_move(seen, now)
         if half is not None:
@@ -206,6 +194,38 @@ def _ended_out_of_sight(seen: list[VmState]) -> bool:
         and vm.state is VmRunState.SHUTOFF
         and vm.state_reason == "migrated"
     )
+
+
+def _held_where_it_is(vm: VmState) -> VmState:
+    blocker = Unmigratable(
+        code=UnmigratableReason.IN_FLIGHT,
+        detail="its migration ended on its source but it runs on no host seen",
+    )
+    return vm.model_copy(
+        update={
+            "migratable": False,
+            "unmigratable": [blocker],
+            "migration_class": MigrationClass.IMMOVABLE,
+            "migration_reasons": [blocker.detail],
+        }
+    )
+
+
+def out_of_sight_held(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every VM whose migration ended out of sight (``_ended_out_of_sight``)
+    made immovable, as ``resolved`` leaves it: for a plan made without resolving intents."""
+    if not any(
+        v.reconciler.intent is not None and v.state_reason == "migrated" for v in snapshot.vms
+    ):
+        return snapshot  # the common case, decided without grouping the sightings
+    count: dict[str, int] = {}
+    for vm in snapshot.vms:
+        count[vm.name] = count.get(vm.name, 0) + 1
+    vms = [
+        _held_where_it_is(v) if count[v.name] == 1 and _ended_out_of_sight([v]) else v
+        for v in snapshot.vms
+    ]
+    return snapshot.model_copy(update={"vms": vms})
 
 
 def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:

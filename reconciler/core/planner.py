@@ -78,6 +78,7 @@ def collector_paused() -> Iterator[None]:
 
 def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: datetime) -> Plan:
     spec = desired.policy.spec
+    snapshot = intents.out_of_sight_held(snapshot)  # as a round's resolution leaves them
     model, state = build(desired, snapshot)
     before = state.copy()
 

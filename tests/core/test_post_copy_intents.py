@@ -104,6 +104,8 @@ def test_a_vm_whose_post_copy_ended_out_of_sight_is_neither_a_failure_nor_moved(
     d = desired([host("h0"), host("h1")], placement={"a": "h1"})
     p = plan(d, snap, History(), now=NOW)  # a round plans on the snapshot resolved
     assert p.moves == []
+    p = plan(d, snapshot(HOSTS, [lost]), History(), now=NOW)  # `plan` on one not resolved
+    assert p.moves == []
     assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
     plain = seen("h0", VmRunState.SHUTOFF, "shutdown")
     assert resolved(snapshot(HOSTS, [plain]), NOW)[1], "shut down by a person: a failure"

@@ -213,10 +213,13 @@ def test_without_help_the_stall_is_aborted_soon_and_the_guest_stays_running_once
     (move,) = status.last_result.moves
     assert move.outcome is MoveOutcome.ABORTED, move
     assert "no progress for 8s (progressTimeout)" in move.detail
-    # one pass over 128 MiB at 32 MiB/s, then 8 s without headway: the abort follows within
-    # seconds (passes that each end lower do not put it off)
+    # one pass over 128 MiB at 32 MiB/s, then 8 s without headway (passes that each end lower
+    # do not put it off)
     assert move.seconds is not None
-    assert move.seconds < 25, move
+    # a guest whose writing wavers on a busy machine makes some headway now and then: the
+    # abort still comes long before the time limit (120 s); the exact rule is pinned down in
+    # test_busy_guest_watch.py
+    assert move.seconds < 60, move
     assert move.iterations is not None
     assert move.iterations >= 2
     assert where(guests)[WRITER] == source
