@@ -73,8 +73,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The lab proofs marked long (a minute or more each) run in the lab CI job (-m "lab or libvirt").
 test: lint
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q --durations=15 -m "not long"
 
 # On demand, not in CI (tens of minutes on two cores): mutates the code that decides and performs
 # moves ([tool.mutmut] in pyproject.toml), runs the fast tests that reach each mutant, prints the

@@ -20,8 +20,32 @@ if TYPE_CHECKING:
 
     from reconciler.engine.execute import Event
     from reconciler.engine.round import RoundReport
+    from reconciler.model.migration import MigrationProgress
     from reconciler.model.plan import Plan
     from reconciler.model.snapshot import Snapshot
+
+
+PROGRESS_EVERY = 10.0
+"""Seconds between two progress lines of a migration off a terminal; a new pass after the
+first, a new throttle or the switch to post-copy gets a line at once."""
+
+
+def _memory_figures(p: MigrationProgress) -> str:
+    """``pass 3, 46.6MiB left, writes 4.0MiB/s, 160MiB sent at 4.0MiB/s, throttled 20%``"""
+    parts = [
+        f"pass {p.iteration}" if p.iteration else "starting",
+        f"{format_size(p.memory_remaining)} left",
+    ]
+    if p.dirty_rate:
+        parts.append(f"writes {format_size(p.dirty_rate)}/s")
+    parts.append(
+        f"{format_size(p.data_processed)} sent at {format_size(int(p.bytes_per_second))}/s"
+    )
+    if p.throttle:
+        parts.append(f"throttled {p.throttle}%")
+    if p.post_copy:
+        parts.append("post-copy")
+    return ", ".join(parts)
 
 
 class View:
@@ -35,6 +59,8 @@ class View:
         self.progress: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
         self.placement = placement
+        self.shown: dict[str, tuple[int, int, bool, float]] = {}
+        """Per VM: the pass, throttle, post-copy and time of its last progress line."""
 
     def plan(self, plan: Plan, snapshot: Snapshot) -> None:
         del snapshot
@@ -80,12 +106,16 @@ class View:
                     total=p.data_total or m.memory,
                     completed=p.data_processed,
                 )
+                phase = ""
                 if p.disk_total:  # a move that copies disks: say which phase it is in
-                    phase = f"disks {p.disk_processed * 100 // p.disk_total}%"
+                    phase = f" disks {p.disk_processed * 100 // p.disk_total}%"
                     if p.phase == "memory":
-                        phase = "memory (disks copied)"
+                        phase = " memory (disks copied)"
+                if p.iteration > 1 or p.post_copy:  # a guest that writes: where it stands
+                    phase += f" {_memory_figures(p)}"
+                if phase:
                     bar.update(
-                        self.tasks[m.vm], description=f"{m.vm} {m.source} -> {m.target} {phase}"
+                        self.tasks[m.vm], description=f"{m.vm} {m.source} -> {m.target}{phase}"
                     )
             elif e.kind in ("done", "skip") and e.result is not None:
                 r = e.result
@@ -101,9 +131,23 @@ class View:
             return
         if e.kind == "start":
             print(f"migrating {m.vm}: {m.source} -> {m.target} ({m.reason.value})", flush=True)
+        elif e.kind == "progress" and e.progress is not None:
+            p = e.progress
+            key = (p.iteration, p.throttle, p.post_copy)
+            last = self.shown.get(m.vm, (1, 0, False, 0.0))
+            if (last[:3] != key and key != (0, 0, False)) or p.elapsed - last[3] >= PROGRESS_EVERY:
+                self.shown[m.vm] = (*key, p.elapsed)
+                print(f"progress {m.vm}: {_memory_figures(p)}", flush=True)
         elif e.kind in ("done", "skip") and e.result is not None:
             r = e.result
             extra = f" in {r.seconds:.1f}s" if r.seconds else ""
+            helped = [
+                f"{r.iterations} passes" if r.iterations and r.iterations > 1 else "",
+                f"throttled up to {r.throttle}%" if r.throttle else "",
+                "post-copy" if r.post_copy else "",
+            ]
+            if any(helped):
+                extra += f" ({', '.join(h for h in helped if h)})"
             print(
                 f"{r.outcome.value} {m.vm}: {m.source} -> {m.target}{extra}: {r.detail}", flush=True
             )

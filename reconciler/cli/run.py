@@ -199,6 +199,7 @@ class Instance:
                 stop=self.stop,
                 abort=self.abort,
                 on_plan=self.metrics.record_observation,
+                on_event=self.metrics.record_event,
             )
         self.last = report
         self.recorder.after_round(report.snapshot, desired.policy, self.clock.now())

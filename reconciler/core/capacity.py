@@ -94,6 +94,8 @@ class VmInfo(NamedTuple):
     """Its huge page size in KiB when backed by huge pages and active, else 0."""
     pages: int = 0
     """Huge pages of ``page_kib`` it holds."""
+    dirty_rate: int | None = None
+    """Bytes per second it writes to its memory, when measured and it runs."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,10 @@ its hold mid-move). It is resolved from the observation alone: the VM on the tar
 (its cooldown starts), on the source a failure, on both still in flight (left alone), except a
 cold move stopped between defining the VM on the target and undefining it on the source: shut
 off on both hosts with the same intent, its target copy is discarded (the source was not
-touched before the copy was verified) and the move recorded as failed on the source.
+touched before the copy was verified) and the move recorded as failed on the source; and a
+live move libvirt ended after its call failed (running on the target, left shut off and
+defined on the source): a move, the source's definition removed. A VM held by a post-copy,
+going on or failed, is left alone: ``post_copy_failures`` says what to do with a failed one.
 
 Every intent names its actor (the acting command and its machine, or a holder's identity), and
 the record of a move says who made it. An intent of another actor that is still live (its VM in
@@ -27,13 +30,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 
 from reconciler.core import backoff
 from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
+    MigrationClass,
     ReconcilerState,
     Snapshot,
+    Unmigratable,
+    UnmigratableReason,
     VmRunState,
     VmState,
 )
@@ -43,6 +51,9 @@ FOREIGN_LIVE = timedelta(minutes=10)
 """How long another actor's intent on a VM seen on one host is taken for a move under way (the
 time between writing it and the VM showing on its target, or between the end and its record);
 older, it is a move its actor left behind, and resolved as any other."""
+
+POST_COPY_REASONS: Final = frozenset({"post-copy", "post-copy failed"})
+"""libvirt's state reasons of a VM held by a post-copy migration (running or paused)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,12 @@ def resolved(
     replaced: dict[tuple[str, str], VmState] = {}
     halves: set[str] = set()
     for name, seen in sightings.items():
-        half = _half_cold_move(seen)
+        if any(v.state_reason in POST_COPY_REASONS for v in seen):
+            continue  # held by a post-copy, going on or failed: see post_copy_failures
+        if _ended_out_of_sight(seen):
+            replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
+            continue
+        half = _half_cold_move(seen) or _settled_live_move(seen, now)
         if half is not None:
             out.append(half)
             halves.add(name)
@@ -203,6 +219,149 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     return Resolution(
         source.name, source.uuid, source.host, state, summary, discard_on=intent.target
     )
+
+
+def _ended_out_of_sight(seen: list[VmState]) -> bool:
+    """A VM seen only on the source of its unresolved move, shut off as migrated: its
+    migration ended there (a post-copy whose target's daemon was killed, say) while it runs on
+    no host seen; it is not a failure to record on the source, nor a VM to move."""
+    if len(seen) != 1:
+        return False
+    vm = seen[0]
+    intent = vm.reconciler.intent
+    return (
+        intent is not None
+        and vm.host == intent.source
+        and vm.state is VmRunState.SHUTOFF
+        and vm.state_reason == "migrated"
+    )
+
+
+def _held_where_it_is(vm: VmState) -> VmState:
+    blocker = Unmigratable(
+        code=UnmigratableReason.IN_FLIGHT,
+        detail="its migration ended on its source but it runs on no host seen",
+    )
+    return vm.model_copy(
+        update={
+            "migratable": False,
+            "unmigratable": [blocker],
+            "migration_class": MigrationClass.IMMOVABLE,
+            "migration_reasons": [blocker.detail],
+        }
+    )
+
+
+def out_of_sight_held(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every VM whose migration ended out of sight (``_ended_out_of_sight``)
+    made immovable, as ``resolved`` leaves it: for a plan made without resolving intents."""
+    if not any(
+        v.reconciler.intent is not None and v.state_reason == "migrated" for v in snapshot.vms
+    ):
+        return snapshot  # the common case, decided without grouping the sightings
+    count: dict[str, int] = {}
+    for vm in snapshot.vms:
+        count[vm.name] = count.get(vm.name, 0) + 1
+    vms = [
+        _held_where_it_is(v) if count[v.name] == 1 and _ended_out_of_sight([v]) else v
+        for v in snapshot.vms
+    ]
+    return snapshot.model_copy(update={"vms": vms})
+
+
+def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
+    """The resolution of a live move libvirt ended after its call had failed (a post-copy
+    whose source's daemon lost the target's, say): running on the target, shut off but still
+    defined on the source, both with the same intent. The move is recorded and the source's
+    leftover definition removed."""
+    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+        return None
+    intent = seen[0].reconciler.intent
+    if intent is None or seen[1].reconciler.intent != intent:
+        return None
+    by_host: dict[str, VmState] = {v.host: v for v in seen}
+    source, target = by_host.get(intent.source), by_host.get(intent.target)
+    if source is None or target is None:
+        return None
+    if source.state is not VmRunState.SHUTOFF or target.state is not VmRunState.RUNNING:
+        return None
+    state = backoff.recorded(
+        target.reconciler.model_copy(update={"intent": None}),
+        reason=intent.reason or "",
+        source=intent.source,
+        target=intent.target,
+        at=now,
+        plan_id=intent.plan_id,
+    )
+    summary = (
+        f"it runs on {intent.target}, its definition left shut off on {intent.source}: "
+        f"moved, the leftover definition removed"
+    )
+    return Resolution(
+        target.name, target.uuid, target.host, state, summary, discard_on=intent.source
+    )
+
+
+def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
+    """VMs a failed post-copy left split between two hosts (or paused on its source with the
+    rest of its memory gone), each with what a person must do. The reconciler neither resumes
+    such a VM on its source nor moves it; its migrator resumes a post-copy libvirt reports
+    failed on both hosts once, while the move runs."""
+    uris: dict[str, str] = {h.name: h.uri for h in snapshot.hosts}
+    reachable: set[str] = {h.name for h in snapshot.hosts if h.reachable}
+    by_name: dict[str, list[VmState]] = {}
+    for vm in snapshot.vms:
+        by_name.setdefault(vm.name, []).append(vm)
+    out: list[Unsatisfiable] = []
+    for name, seen in sorted(by_name.items()):
+        failed = [v for v in seen if v.state_reason == "post-copy failed"]
+        if _ended_out_of_sight(seen):
+            out.append(_out_of_sight(seen[0], uris, reachable))
+            continue
+        if not failed:
+            continue
+        intent = next((v.reconciler.intent for v in seen if v.reconciler.intent), None)
+        paused = next((v for v in failed if v.state is VmRunState.PAUSED), failed[0])
+        source = intent.source if intent is not None else paused.host
+        others = [v.host for v in seen if v.host != source]
+        target = intent.target if intent is not None else (others[0] if others else "?")
+        on_target = target in others
+        if on_target or target not in reachable:
+            todo = (
+                f"{name}'s memory is split between {source} (paused) and {target} by a failed "
+                f"post-copy; do not resume or start it on {source}; once both hosts answer, "
+                f"resume the migration: virsh -c {uris.get(source, source)} migrate --live "
+                f"--p2p --persistent --undefinesource --postcopy --postcopy-resume {name} "
+                f"{uris.get(target, target)}"
+            )
+        else:
+            todo = (
+                f"{name} is paused on {source} by a failed post-copy and {target} no longer "
+                f"holds it: the memory it had fetched is lost; restart it on {source} (virsh -c "
+                f"{uris.get(source, source)} destroy {name}; virsh -c {uris.get(source, source)} "
+                f"start {name}), it boots afresh; never resume it"
+            )
+        out.append(Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[name], message=todo))
+    return out
+
+
+def _out_of_sight(vm: VmState, uris: dict[str, str], reachable: set[str]) -> Unsatisfiable:
+    intent = vm.reconciler.intent
+    assert intent is not None
+    source, target, uri = intent.source, intent.target, uris.get(intent.source, intent.source)
+    if target in reachable:
+        todo = (
+            f"{vm.name}'s migration to {target} ended on {source} (shut off as migrated), but "
+            f"{target} does not run it: it was lost with its post-copy; start it again on "
+            f"{source} (virsh -c {uri} start {vm.name}), it boots afresh"
+        )
+    else:
+        todo = (
+            f"{vm.name}'s migration to {target} ended on {source} (shut off as migrated) while "
+            f"{target} does not answer: it may run there; wait for {target} to answer, and do "
+            f"not start it on {source} before"
+        )
+    return Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[vm.name], message=todo)
 
 
 def unrecorded_moves(

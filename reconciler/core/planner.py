@@ -19,8 +19,10 @@ import gc
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 
-from reconciler.core import backoff, headroom, load_plan, load_view
+from reconciler.core import backoff, convergence, headroom, intents, load_plan, load_view
 from reconciler.core.balance import BalanceSettings, plan_balance, spread_of
+from reconciler.core.capacity import VmInfo
+from reconciler.core.feasibility import EPSILON
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
 from reconciler.core.load_view import NOTHING_UNKNOWN, Unknown
@@ -30,6 +32,7 @@ from reconciler.core.steps import Step
 from reconciler.core.vm_facts import balance_hold
 from reconciler.core.waves import assign_waves
 from reconciler.model.base import HostName, VmName
+from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import (
@@ -41,7 +44,7 @@ from reconciler.model.plan import (
     UnsatisfiableCode,
 )
 from reconciler.model.policy import Basis, Drift
-from reconciler.model.snapshot import Snapshot, VmState
+from reconciler.model.snapshot import MigrationClass, Snapshot, VmState
 
 MAX_BALANCE_FACTOR = 10
 """Balance moves planned per round (moves plus deferred): at most this many batches..."""
@@ -75,6 +78,7 @@ def collector_paused() -> Iterator[None]:
 
 def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: datetime) -> Plan:
     spec = desired.policy.spec
+    snapshot = intents.out_of_sight_held(snapshot)  # as a round's resolution leaves them
     model, state = build(desired, snapshot)
     before = state.copy()
 
@@ -86,17 +90,34 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         model, state, snapshot, history, mandatory.moved, now, desired, unknown, blocked
     )
     checked = load_plan.may_go_back(model, snapshot, spec.cooldown, now, movable)
-    after_mandatory = state.copy() if checked else state
+    # A guest that would not converge is never moved for balance; one that needs help only
+    # when no guest that converges on its own fixes the same imbalance (core.convergence).
+    calm, helped = busy_guests(model, desired, movable)
+    again = checked or helped != calm
+    after_mandatory = state.copy() if again else state
     while True:
-        state = after_mandatory.copy() if checked else after_mandatory
-        steps, state, rounds, goals, optimal, reserve = _balance(
-            desired, history, model, before, state, mandatory, movable, blocked, unknown
-        )
+        state = after_mandatory.copy() if again else after_mandatory
+        found = _balance(desired, history, model, before, state, mandatory, calm, blocked, unknown)
+        if helped != calm and _excess(found) > EPSILON:
+            more = _balance(
+                desired,
+                history,
+                model,
+                before,
+                after_mandatory.copy(),
+                mandatory,
+                helped,
+                blocked,
+                unknown,
+            )
+            if _excess(more) < _excess(found) - EPSILON:
+                found = more
+        steps, state, rounds, goals, optimal, reserve = found
         back = load_plan.going_back(model, steps, snapshot, spec.cooldown, now) if checked else ()
         if not back:
             break
         for v in back:  # within its doubled backoff: plan again without moving it
-            movable[v] = False
+            movable[v] = calm[v] = helped[v] = False
     spreads = [
         ArchSpread(
             arch=g.arch,
@@ -111,13 +132,20 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     ]
 
     waves = assign_waves(steps, model, spec.parallel.cluster)
-    moves = [_move(model, step, wave) for step, wave in zip(steps, waves, strict=True)]
+    hosts_by_name = {h.name: h for h in desired.cluster.spec.hosts}
+    moves = [
+        _move(model, step, wave, desired, hosts_by_name)
+        for step, wave in zip(steps, waves, strict=True)
+    ]
     placement = dict(desired.placement.spec.vms)
     placement.update(mandatory.adopted)
     for m in moves:
         placement[m.vm] = m.target
     problems = _dedupe(
-        mandatory.problems + _headroom(model, before, state, steps, desired) + _held(model, reserve)
+        mandatory.problems
+        + _headroom(model, before, state, steps, desired)
+        + _held(model, reserve)
+        + intents.post_copy_failures(snapshot)
     )
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
@@ -194,6 +222,43 @@ def _balance(
         for s in steps:
             state.move(s.vm, s.target)
     return steps, state, rounds, goals, optimal, reserve
+
+
+Balanced = tuple[list[Step], State, dict[str, int], list[ArchGoal], bool | None, headroom.Kept]
+
+
+def _excess(found: Balanced) -> float:
+    """How far the balancing architectures stay over their threshold after ``found``."""
+    state, goals = found[1], found[3]
+    return sum(max(0.0, spread_of(state, g.hosts) - g.threshold) for g in goals if g.balancing)
+
+
+def busy_guests(
+    model: Model, desired: DesiredState, movable: list[bool]
+) -> tuple[list[bool], list[bool]]:
+    """``movable`` less the guests that need help to converge, and less the guests that would
+    not converge even with the help allowed (the same list when there are none of either)."""
+    calm, helped = movable, movable
+    for vm in model.vms:
+        if vm.dirty_rate is None or not movable[vm.index]:
+            continue
+        allow = convergence.allowed(desired, None, vm.migration_class, _copied(vm))
+        guess = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
+        if not convergence.needs_help(guess):
+            continue
+        if calm is movable:
+            calm, helped = list(movable), list(movable)
+        calm[vm.index] = False
+        helped[vm.index] = guess.converges
+    return calm, helped
+
+
+def _disk(vm: VmInfo) -> int:
+    return vm.disk_bytes if vm.migration_class is MigrationClass.COPY else 0
+
+
+def _copied(vm: VmInfo) -> int:
+    return vm.memory + _disk(vm)
 
 
 def _headroom(
@@ -293,12 +358,19 @@ def _balance_movable(
     return out
 
 
-def _move(model: Model, step: Step, wave: int) -> Move:
+def _move(
+    model: Model, step: Step, wave: int, desired: DesiredState, hosts: Mapping[str, Host]
+) -> Move:
     vm = model.vms[step.vm]
+    target = model.hosts[step.target].name
+    forecast = None
+    if vm.dirty_rate is not None and vm.migration_class in convergence.LIVE:
+        allow = convergence.allowed(desired, hosts.get(target), vm.migration_class, _copied(vm))
+        forecast = convergence.forecast(vm.memory, _disk(vm), vm.dirty_rate, allow)
     return Move(
         vm=VmName(vm.name),
         source=HostName(model.hosts[step.source].name),
-        target=HostName(model.hosts[step.target].name),
+        target=HostName(target),
         memory=vm.memory,
         vcpus=vm.vcpus,
         reason=step.reason,
@@ -309,6 +381,7 @@ def _move(model: Model, step: Step, wave: int) -> Move:
         disks=list(vm.disks),
         disk_bytes=vm.disk_bytes,
         copy_bytes=vm.copy_bytes,
+        convergence=forecast,
     )
 
 

@@ -263,6 +263,7 @@ def vm_info(
         disks=tuple(d.target for d in vm.disks if not d.shared),
         disk_bytes=vm.disk_bytes,
         refused_by=tuple(sorted(vm.refused_by.items())),
+        dirty_rate=vm.dirty_rate if memory else None,
     )
     if vm.hugepage_kib is None:  # the common case: nothing more to look at
         return info

@@ -319,6 +319,9 @@ class Execution:
             seconds=r.seconds or None,
             downtime_ms=r.downtime_ms,
             data_bytes=r.data_bytes,
+            post_copy=r.post_copy,
+            throttle=r.throttle,
+            iterations=r.iterations,
         )
         self.results[m.vm] = result
         log.info(
@@ -342,6 +345,11 @@ class Execution:
         """The move, or its failure, on the domain where the VM runs now."""
         seen = self._seen(m) or self.view.sighting(m.vm)
         if seen is None:
+            return
+        if r.post_copy_failed:
+            # split between the hosts by a failed post-copy: the intent stays on the domain,
+            # so every later round sees the move unsettled and says what to do about it
+            log.error("%s: its post-copy did not end verified: %s", m.vm, _failure(r))
             return
         old = seen.reconciler.model_copy(update={"intent": None})
         if r.succeeded:

@@ -11,6 +11,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from reconciler.engine.execute import Event
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import MoveOutcome, ReconcileStatus, RoundOutcome
@@ -130,6 +131,36 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.migration_remaining = Gauge(
+            "reconciler_migration_remaining_bytes",
+            "Memory a running migration still has to send in its current pass (bytes).",
+            ["cluster", "vm"],
+            registry=r,
+        )
+        self.migration_dirty_rate = Gauge(
+            "reconciler_migration_dirty_rate_bytes",
+            "Memory the guest of a running migration writes per second (bytes/s).",
+            ["cluster", "vm"],
+            registry=r,
+        )
+        self.migration_iteration = Gauge(
+            "reconciler_migration_iteration",
+            "The pass over memory a running migration is in (1: the first).",
+            ["cluster", "vm"],
+            registry=r,
+        )
+        self.migration_throttle = Gauge(
+            "reconciler_migration_throttle_percent",
+            "Share of a migrating guest's vCPU time auto-converge holds back.",
+            ["cluster", "vm"],
+            registry=r,
+        )
+        self.migration_post_copy = Gauge(
+            "reconciler_migration_post_copy",
+            "1 once a running migration has switched to post-copy.",
+            ["cluster", "vm"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._last_counted: object = None
         # Zero series exist from the start, so rate() and absent() work before the first round.
@@ -179,6 +210,28 @@ class Metrics:
             self._last_counted = key
         for move in result.moves:
             self.migrations.labels(self.cluster, move.outcome.value).inc()
+
+    def _migration_gauges(self) -> tuple[Gauge, ...]:
+        return (
+            self.migration_remaining,
+            self.migration_dirty_rate,
+            self.migration_iteration,
+            self.migration_throttle,
+            self.migration_post_copy,
+        )
+
+    def record_event(self, event: Event) -> None:
+        """The executor's ``on_event`` hook: each running migration's figures, while it runs."""
+        vm = event.move.vm
+        if event.kind == "progress" and event.progress is not None:
+            p = event.progress
+            figures = (p.memory_remaining, p.dirty_rate, p.iteration, p.throttle, p.post_copy)
+            for gauge, value in zip(self._migration_gauges(), figures, strict=True):
+                gauge.labels(self.cluster, vm).set(float(value))
+        elif event.kind in ("done", "skip"):
+            for gauge in self._migration_gauges():
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.cluster, vm)
 
     def record_observation(self, plan: Plan, snapshot: Snapshot) -> None:
         """The round's ``on_plan`` hook: host and spread gauges of this round."""

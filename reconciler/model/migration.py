@@ -23,6 +23,16 @@ class MigrationProgress(Frozen):
     disk_total: int = 0
     """Bytes of local disk the move copies (0 when it copies none)."""
     disk_processed: int = 0
+    memory_remaining: int = 0
+    """Bytes of memory still to send in this pass."""
+    dirty_rate: int = 0
+    """Bytes per second the guest writes while it migrates (libvirt's job statistics)."""
+    iteration: int = 0
+    """The pass over memory: 1 the first, each later one sends what was written meanwhile."""
+    throttle: int = 0
+    """Percent of the guest's vCPU time auto-converge holds back (0: none)."""
+    post_copy: bool = False
+    """Switched to post-copy: the VM runs on the target, which fetches the rest."""
 
 
 class MigrationResult(Frozen):
@@ -41,3 +51,13 @@ class MigrationResult(Frozen):
     seconds: float = 0.0
     downtime_ms: float | None = None
     data_bytes: int | None = None
+    post_copy: bool = False
+    """The move switched to post-copy."""
+    throttle: int | None = None
+    """The highest auto-converge throttle (percent of vCPU time) the guest was held to."""
+    iterations: int | None = None
+    """Passes over memory."""
+    post_copy_failed: bool = False
+    """It switched to post-copy and did not end verified on its target: left split between the
+    hosts (paused on the source until the post-copy is resumed), or ended out of sight. The
+    intent stays on the domain for the next round (``docs/apply.md``)."""

@@ -30,6 +30,45 @@ class Reason(StrEnum):
     BALANCE = "Balance"
 
 
+class Assist(StrEnum):
+    """The help a live migration of a busy guest is made with (``migration`` in the policy)."""
+
+    NONE = "none"
+    AUTO_CONVERGE = "autoConverge"
+    """libvirt throttles the guest's vCPUs until what it writes fits in the bandwidth."""
+    POST_COPY = "postCopy"
+    """After one pass over memory the VM runs on the target, which fetches the rest."""
+
+
+class Convergence(Frozen):
+    """What a live move of a guest that writes memory is predicted to do, and its risk.
+
+    Predicted from the guest's measured dirty rate, its memory and disk bytes against the
+    bandwidth the policy allows (``reconciler.core.convergence``).
+    """
+
+    dirty_rate: int = Field(ge=0, description="Bytes the guest writes per second, measured.")
+    bandwidth: int = Field(ge=0, description="Bytes per second the move may use.")
+    bandwidth_assumed: bool = Field(
+        default=False,
+        description="The policy sets no bandwidth: the prediction assumes this link speed.",
+    )
+    converges: bool = Field(description="Predicted to complete, with ``assist``.")
+    assist: Assist = Field(description="none | autoConverge | postCopy: the help it is made with.")
+    seconds: float | None = Field(
+        default=None, ge=0, description="Predicted duration; None when it does not converge."
+    )
+    bytes: int | None = Field(
+        default=None, ge=0, description="Predicted bytes sent; None when it does not converge."
+    )
+    passes: int | None = Field(
+        default=None, ge=1, description="Predicted passes over memory before the switch."
+    )
+    risk: str | None = Field(
+        default=None, description="What may go wrong, in one sentence for the reviewer."
+    )
+
+
 class Move(Frozen):
     vm: VmName
     source: HostName
@@ -50,6 +89,11 @@ class Move(Frozen):
     copy_bytes: int = Field(
         default=0, ge=0, description="Everything to copy: guest memory (live) plus disk bytes."
     )
+    convergence: Convergence | None = Field(
+        default=None,
+        description="For a running VM whose dirty rate was measured: whether its live "
+        "migration converges at the allowed bandwidth, with which help, and its risk.",
+    )
 
 
 class UnsatisfiableCode(StrEnum):
@@ -62,6 +106,8 @@ class UnsatisfiableCode(StrEnum):
     EXCLUDED = "Excluded"
     HEADROOM = "Headroom"
     """The VMs of some ``reserveHosts`` hosts would not fit on the others (N+k)."""
+    POST_COPY_FAILED = "PostCopyFailed"
+    """A failed post-copy left a VM split between two hosts: what a person must do."""
 
 
 class Unsatisfiable(Frozen):

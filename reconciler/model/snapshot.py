@@ -171,6 +171,12 @@ class VmState(Frozen):
     uptime: float | None = Field(
         default=None, ge=0, description="Seconds since start at snapshot time, if known."
     )
+    dirty_rate: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes of memory the guest writes per second, as libvirt's last dirty rate "
+        "calculation measured it (libvirt 7.2+, a running VM); None: not measured.",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     reconciler: ReconcilerState = Field(default_factory=ReconcilerState)
     migratable: bool = True

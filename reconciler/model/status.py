@@ -78,6 +78,14 @@ class MoveResult(Frozen):
     seconds: float | None = Field(default=None, ge=0, description="Migration time.")
     downtime_ms: float | None = Field(default=None, ge=0)
     data_bytes: int | None = Field(default=None, ge=0, description="Memory sent.")
+    post_copy: bool = Field(default=False, description="The move switched to post-copy.")
+    throttle: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The highest auto-converge throttle the guest was held to, percent.",
+    )
+    iterations: int | None = Field(default=None, ge=0, description="Passes over memory.")
 
 
 class Duplicate(Frozen):

@@ -60,7 +60,8 @@ def _vm_row(vm: VmState) -> list[str]:
     state = vm.state.value + ("" if vm.persistent else " (transient)")
     klass = vm.migration_class.value + ("" if vm.migratable else "*")
     disks = _mib(vm.disk_bytes) if vm.disk_bytes else "-"
-    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, klass, disks, labels]
+    dirty = "-" if vm.dirty_rate is None else f"{_mib(vm.dirty_rate)}/s"
+    return [vm.name, vm.host, state, str(vm.vcpus), mem, cpu, dirty, klass, disks, labels]
 
 
 def _why_lines(vms: Sequence[VmState]) -> list[str]:
@@ -128,7 +129,8 @@ def _host_loads(snapshot: Snapshot, view: LoadView) -> dict[str, tuple[float, fl
 
 
 def observe_table(snapshot: Snapshot) -> str:
-    """Hosts (state, arch, CPU busy, memory used/total, VMs) then VMs, ending with a newline."""
+    """Hosts (state, arch, CPU busy, memory used/total, VMs) then VMs (with the memory each
+    writes per second, DIRTY, where measured), ending with a newline."""
     counts: dict[str, int] = {}
     for vm in snapshot.vms:
         counts[vm.host] = counts.get(vm.host, 0) + 1
@@ -141,7 +143,9 @@ def observe_table(snapshot: Snapshot) -> str:
     view = snapshot.load if snapshot.load and snapshot.load.basis is LoadBasis.WINDOW else None
     host_header = ["HOST", "STATE", "ARCH", "CPU", "MEMORY", "VMS", "ERROR"]
     host_rows = [_host_row(h, counts.get(h.name, 0)) for h in snapshot.hosts]
-    vm_header = ["VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "CLASS", "DISKS", "LABELS"]
+    vm_header = [
+        *("VM", "HOST", "STATE", "VCPUS", "MEMORY", "CPU", "DIRTY", "CLASS", "DISKS", "LABELS")
+    ]
     vm_rows = [_vm_row(vm) for vm in snapshot.vms]
     if view is not None:
         # the guests' cores now (the observation's sample) and over the window, side by side

@@ -16,6 +16,7 @@ from reconciler.report.plan_table import (
     BACKOFF_TITLE,
     _bar,
     backoff_text,
+    busy_line,
     load_texts,
     placement_updates,
     summary_line,
@@ -39,9 +40,11 @@ def _move_rows(moves: Sequence[Move]) -> list[str]:
     ]
     for m in moves:
         size = f"{format_size(m.memory)}, {m.vcpus} vCPU"
+        busy = busy_line(m)
+        detail = f"{m.detail} ({busy})" if busy else m.detail
         rows.append(
             f"| `{_cell(m.vm)}` | {_cell(m.source)} → {_cell(m.target)} | {size} | "
-            f"{m.reason}: {_cell(m.detail)} | {_cell(m.rule or '')} | {m.wave} |"
+            f"{m.reason}: {_cell(detail)} | {_cell(m.rule or '')} | {m.wave} |"
         )
     return rows
 

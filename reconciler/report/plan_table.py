@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 
 from reconciler.model.plan import (
+    Assist,
     Backoff,
     Candidate,
     HostLoad,
@@ -95,17 +96,33 @@ def _move_lines(moves: Sequence[Move], cols: _Columns, indent: str) -> list[str]
         single = f"{head}  {move.detail}".rstrip()
         if len(single) <= WIDTH or not move.detail:
             lines.append(single)
-            continue
-        lines.append(head.rstrip())
-        lines.extend(
-            textwrap.wrap(
-                move.detail,
-                WIDTH,
-                initial_indent=indent + "    ",
-                subsequent_indent=indent + "    ",
-            )
-        )
+        else:
+            lines.append(head.rstrip())
+            lines.extend(_wrapped(move.detail, indent))
+        busy = busy_line(move)
+        if busy:
+            lines.extend(_wrapped(busy, indent))
     return lines
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=indent + "    ", subsequent_indent=indent + "    "
+    )
+
+
+def busy_line(move: Move) -> str | None:
+    """The forecast of a guest that writes memory, when it needs help or would not converge:
+    ``busy: writes 20 MiB/s, 4 MiB/s allowed: with postCopy, about 64s and 256 MiB; post-copy:
+    ...``."""
+    c = move.convergence
+    if c is None or (c.converges and c.assist is Assist.NONE):
+        return None
+    allowed = f"{format_size(c.bandwidth)}/s {'assumed' if c.bandwidth_assumed else 'allowed'}"
+    head = f"busy: writes {format_size(c.dirty_rate)}/s, {allowed}"
+    if c.converges and c.seconds is not None and c.bytes is not None:
+        head += f": with {c.assist.value}, about {c.seconds:.0f}s and {format_size(c.bytes)}"
+    return f"{head}; {c.risk}" if c.risk else head
 
 
 def _waves(moves: Iterable[Move]) -> list[tuple[int, list[Move]]]:

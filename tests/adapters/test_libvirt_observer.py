@@ -426,15 +426,15 @@ def test_values_that_make_no_valid_model_make_the_host_unreachable() -> None:
     good: RawVm = (
         "web-1", "11111111-2222-4333-8444-000000000001", 1, 1, True, 2, 1 << 30, 1 << 30,
         0.5, None, {"app": "web"}, ReconcilerState(), [], None, [], None,
-        MigrationClass.SHARED, ["no disks"],
+        MigrationClass.SHARED, ["no disks"], 3 << 20,
     )  # fmt: skip
     bad = (*good[:6], -1024, *good[7:])  # a negative size, say from a domain XML
     facts = {"cpus": 4, "memory_total": 8 << 30}
     host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good], None))
     assert host.reachable
     assert (host.cpu_utilisation, host.libvirt_calls, host.cpus) == (12.5, 40, 4)
-    assert [(vm.name, vm.state, vm.state_reason, vm.host) for vm, _, _ in vms] == [
-        ("web-1", VmRunState.RUNNING, "booted", "kvm-01")
+    assert [(vm.name, vm.state, vm.state_reason, vm.host, vm.dirty_rate) for vm, _, _ in vms] == [
+        ("web-1", VmRunState.RUNNING, "booted", "kvm-01", 3 << 20)
     ]
     host, vms = host_result(("kvm-01", "test:///x", facts, 12.5, None, 40, 0.01, [good, bad], None))
     assert not host.reachable

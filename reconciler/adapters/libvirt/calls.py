@@ -7,9 +7,9 @@ their calls here). Tested without libvirt daemons.
 - :func:`migration_call`: ``migrateToURI3``'s destination, typed parameters and flags for a
   peer-to-peer live migration (``LIVE | PEER2PEER | PERSIST_DEST | UNDEFINE_SOURCE``): the
   migration URI from the Cluster's ``migration.uri`` template, the listen address from the
-  target's ``address``, the bandwidth from ``migration.bandwidth``; auto-converge and post-copy
-  only when the policy allows them; ``VIR_MIGRATE_UNSAFE`` only when asked
-  (:func:`declared_shared`).
+  target's ``address``, the bandwidth from ``migration.bandwidth`` (after a switch to post-copy
+  too); auto-converge and post-copy only when the policy allows them; ``VIR_MIGRATE_UNSAFE``
+  only when asked (:func:`declared_shared`).
 - :func:`copy_call`: the same call for a move that copies its local disks
   (``VIR_MIGRATE_NON_SHARED_DISK`` with ``migrate_disks``), ``migration.copy`` applied.
 - :func:`declared_shared`: whether the operator's ``spec.sharedStorage`` answers libvirt's
@@ -86,7 +86,18 @@ def migration_call(desired: DesiredState, target: Host, *, unsafe: bool = False)
         flags |= libvirt.VIR_MIGRATE_POSTCOPY
     if unsafe:
         flags |= libvirt.VIR_MIGRATE_UNSAFE
-    return MigrationCall(dest_uri=target.uri, params=params, flags=flags)
+    return MigrationCall(
+        dest_uri=target.uri, params=_post_copy_bandwidth(params, flags), flags=flags
+    )
+
+
+def _post_copy_bandwidth(params: dict[str, Any], flags: int) -> dict[str, Any]:
+    """``params`` with the bandwidth after a switch to post-copy set to the bandwidth before
+    it: QEMU's own default there is no limit at all."""
+    out = {k: v for k, v in params.items() if k != libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY}
+    if flags & libvirt.VIR_MIGRATE_POSTCOPY and libvirt.VIR_MIGRATE_PARAM_BANDWIDTH in out:
+        out[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY] = out[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH]
+    return out
 
 
 def copy_call(call: MigrationCall, desired: DesiredState, move: Move) -> MigrationCall:
@@ -109,7 +120,7 @@ def copy_call(call: MigrationCall, desired: DesiredState, move: Move) -> Migrati
             flags |= flag
         elif allowed is False:
             flags &= ~flag
-    return replace(call, params=params, flags=flags)
+    return replace(call, params=_post_copy_bandwidth(params, flags), flags=flags)
 
 
 def objected_disks(disks: Sequence[DiskRef], copied: Collection[str]) -> list[DiskRef]:

@@ -43,24 +43,22 @@ from reconciler.adapters.libvirt.calls import (
     migration_call,
     watch_limits,
 )
-from reconciler.adapters.libvirt.connection import is_no_domain
 from reconciler.adapters.libvirt.domain_disks import DiskRef, disk_refs
+from reconciler.adapters.libvirt.headway import Headway
 from reconciler.adapters.libvirt.pool import ConnectionPool
+from reconciler.adapters.libvirt.postcopy import PAUSES, Seen, look_on, resume, split, what_to_do
 from reconciler.adapters.libvirt.results import failed_before_start
 from reconciler.errors import HostTimeout, HostUnreachable, ReconcilerError
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.migration import MigrationProgress, MigrationResult
-from reconciler.model.plan import Move
+from reconciler.model.plan import Assist, Move
 from reconciler.model.snapshot import MigrationClass
 
 log = logging.getLogger(__name__)
 
-_RUNNING: Final = frozenset({libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED})
-# Paused with the memory already on the target: resuming the source would run it twice.
-_POSTCOPY_PAUSES: Final = frozenset(
-    {libvirt.VIR_DOMAIN_PAUSED_POSTCOPY, libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED}
-)
+PAGE: Final = 4096
+"""Bytes of a memory page where the job statistics do not say (``memory_page_size``)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +83,12 @@ class _Job:
     abort_reason: str | None = None
     abort_error: str | None = None
     postcopy: bool = False
+    """Switched to post-copy."""
+    switch_tried: bool = False
+    headway: Headway = field(default_factory=Headway)
+    call: MigrationCall | None = None
+    deadline: float = 0.0
+    """When the migration's time limit passes (``Watch.clock``)."""
     abandoned: bool = False
     call_seconds: float | None = None
     """How long ``migrateToURI3`` itself took: libvirt's share of the move."""
@@ -99,57 +103,6 @@ class _Ran:
     error: str | None
     known: bool = True
     """The target could be connected to, so it can be looked at."""
-
-
-@dataclass(frozen=True)
-class _Seen:
-    """One host's view of the VM after the migration; ``error`` when it could not be asked."""
-
-    exists: bool = False
-    active: bool = False
-    state: int = libvirt.VIR_DOMAIN_NOSTATE
-    reason: int = 0
-    persistent: bool = False
-    error: str | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.active and self.state in _RUNNING
-
-    @property
-    def paused(self) -> bool:
-        return self.active and self.state == libvirt.VIR_DOMAIN_PAUSED
-
-
-def _look(conn: Any, uuid: str) -> _Seen:
-    try:
-        dom = conn.lookupByUUIDString(uuid)
-        state, reason = dom.state()
-        return _Seen(
-            exists=True,
-            active=bool(dom.isActive()),
-            state=state,
-            reason=reason,
-            persistent=bool(dom.isPersistent()),
-        )
-    except libvirt.libvirtError as err:
-        if is_no_domain(err):
-            return _Seen()
-        return _Seen(error=str(err))
-
-
-def _look_on(pool: ConnectionPool, host: str, uuid: str) -> _Seen:
-    """``_look`` over the host's pooled connection, on a new one if that one broke."""
-    for _ in range(2):
-        try:
-            conn = pool.get(host)
-        except ReconcilerError as err:
-            return _Seen(error=str(err))
-        seen = _look(conn, uuid)
-        if seen.error is None or pool.alive(conn):
-            return seen
-        pool.broken(host, conn)
-    return seen
 
 
 class LiveMove:
@@ -224,6 +177,7 @@ class LiveMove:
         call = self._call(conn, dom, move, target)
         limits = watch_limits(self.desired, move, memory)
         job = self._run(move, dom, call, limits, on_progress, abort)
+        job.call = call
         if job.abandoned:
             self.pool.retire(conn)
         error: str | None = None
@@ -278,24 +232,30 @@ class LiveMove:
                 job.call_seconds = time.monotonic() - called
                 job.done.set()
 
-        post_copy = self.desired.policy.spec.migration.post_copy
+        may_switch = bool(call.flags & libvirt.VIR_MIGRATE_POSTCOPY)
+        planned = move.convergence is not None and move.convergence.assist is Assist.POST_COPY
         watch = self.watch
         worker = threading.Thread(target=work, name=f"migrate {move.vm}", daemon=True)
         started = watch.clock()
+        job.deadline = started + limits.seconds
         worker.start()
-        last_progress, least_remaining = started, -1
+        headway = job.headway
+        last_progress = started
         aborted_at: float | None = None
         while not job.done.wait(watch.poll_interval):
             now = watch.clock()
             stats = self._stats(dom)
             if stats:
                 job.last = stats
-                remaining = int(stats.get("memory_remaining", 0))
-                if stats.get("memory_total") and (
-                    least_remaining < 0 or remaining < least_remaining
-                ):
-                    least_remaining, last_progress = remaining, now
-                self._report(move.vm, stats, now - started, on_progress)
+                if headway.saw(stats):
+                    last_progress = now
+                self._report(move.vm, stats, now - started, on_progress, headway)
+            if job.postcopy:
+                # past the switch nothing can be aborted: libvirt ends the job, done or failed
+                if now - started > limits.seconds + watch.settle_timeout:
+                    job.abandoned = True
+                    break
+                continue
             if aborted_at is not None:
                 if now - aborted_at > watch.settle_timeout:
                     job.abandoned = True  # the worker ends when libvirt returns, on its own
@@ -306,10 +266,15 @@ class LiveMove:
                 reason = "stopped on request"
             elif now - started > limits.seconds:
                 reason = f"ran past its limit of {limits.seconds:g}s ({limits.why})"
+            elif planned and may_switch and not job.switch_tried and headway.passes >= 2:
+                # the plan chose post-copy for a guest pre-copy would not converge for
+                self._start_postcopy(move.vm, dom, job, "its first pass over memory is done")
+                last_progress = now
+                continue
             elif now - last_progress > limits.stall:
-                if post_copy and not job.postcopy and stats.get("memory_total"):
-                    job.postcopy, last_progress = True, now
-                    self._start_postcopy(move.vm, dom)
+                if may_switch and not job.switch_tried and stats.get("memory_total"):
+                    self._start_postcopy(move.vm, dom, job, "no progress in pre-copy")
+                    last_progress = now
                     continue
                 reason = f"no progress for {limits.stall:g}s (progressTimeout)"
             if reason is not None:
@@ -337,9 +302,11 @@ class LiveMove:
         stats: dict[str, Any],
         elapsed: float,
         on_progress: Callable[[MigrationProgress], None],
+        headway: Headway | None = None,
     ) -> None:
         disk_total = int(stats.get("disk_total", 0))
         disk_remaining = int(stats.get("disk_remaining", 0))
+        page = int(stats.get("memory_page_size", 0)) or PAGE
         progress = MigrationProgress(
             vm=vm,
             # NBD copies the disks first; memory follows once they are in step
@@ -351,6 +318,11 @@ class LiveMove:
             data_processed=int(stats.get("data_processed", 0)),
             data_remaining=int(stats.get("data_remaining", 0)),
             bytes_per_second=float(stats.get("memory_bps", 0)),
+            memory_remaining=int(stats.get("memory_remaining", 0)),
+            dirty_rate=int(stats.get("memory_dirty_rate", 0)) * page,
+            iteration=int(stats.get("memory_iteration", 0)),
+            throttle=int(stats.get("auto_converge_throttle", 0)),
+            post_copy=headway is not None and headway.post_copy,
         )
         try:
             on_progress(progress)
@@ -358,12 +330,17 @@ class LiveMove:
             log.exception("progress callback failed for %s", vm)
 
     @staticmethod
-    def _start_postcopy(vm: str, dom: Any) -> None:
-        log.warning("%s: no progress in pre-copy, switching to post-copy", vm)
+    def _start_postcopy(vm: str, dom: Any, job: _Job, why: str) -> None:
+        """Switch to post-copy (tried once): from then on the job cannot be aborted."""
+        log.warning("%s: %s, switching to post-copy", vm, why)
+        job.switch_tried = True
         try:
             dom.migrateStartPostCopy()
         except libvirt.libvirtError as err:
             log.warning("%s: post-copy could not start: %s", vm, err)
+            return
+        job.postcopy = True
+        job.headway.switched()
 
     # --- verifying ------------------------------------------------------------------------
 
@@ -379,25 +356,29 @@ class LiveMove:
     ) -> MigrationResult:
         notes: list[str] = []
         pool = self.pool
-        at_source = _look_on(pool, move.source, uuid)
+        at_source = look_on(pool, move.source, uuid)
         at_target = (
-            _look_on(pool, move.target, uuid) if target_known else _Seen(error="not connected")
+            look_on(pool, move.target, uuid) if target_known else Seen(error="not connected")
         )
+        left_split = False
+        in_post_copy = target_known and (job.postcopy or split(at_source, at_target))
+        if in_post_copy:
+            at_source, at_target, left_split = self._settle(move, uuid, job, notes)
         if at_target.error is not None:
             notes.append(f"could not look at target {move.target}: {at_target.error}")
         if at_source.error is not None:
             notes.append(f"could not look at source {move.source}: {at_source.error}")
         if (
             at_source.paused
-            and at_source.reason not in _POSTCOPY_PAUSES
+            and at_source.reason not in PAUSES
             and at_target.error is None
             and not at_target.active
         ):
             notes.append(self._resume(pool, uuid, move))
-            at_source = _look_on(pool, move.source, uuid)
+            at_source = look_on(pool, move.source, uuid)
         if at_target.running and at_target.persistent and at_source.exists and not at_source.active:
             notes.append(self._undefine_leftover(pool, uuid, move))
-            at_source = _look_on(pool, move.source, uuid)
+            at_source = look_on(pool, move.source, uuid)
         running_on = [
             h for h, s in ((move.source, at_source), (move.target, at_target)) if s.running
         ]
@@ -418,8 +399,14 @@ class LiveMove:
         else:
             if not error:
                 error = "the migration ended without the VM running on the target only"
+            if in_post_copy and not left_split:
+                notes.append(
+                    "it had switched to post-copy and its end could not be seen on both hosts: "
+                    "its intent stays, and the next round records where it runs"
+                )
             error = "; ".join([error, *notes])
         downtime, data = self._figures(pool, move.target, uuid, job, succeeded)
+        headway = job.headway
         result = MigrationResult(
             vm=move.vm,
             source=move.source,
@@ -433,6 +420,10 @@ class LiveMove:
             seconds=round(time.monotonic() - began, 3),
             downtime_ms=downtime,
             data_bytes=data,
+            post_copy=in_post_copy,
+            throttle=headway.throttle or None,
+            iterations=headway.passes or None,
+            post_copy_failed=in_post_copy and not succeeded,
         )
         log.info(
             "%s %s -> %s: %s in %.3fs, running on %s",
@@ -445,6 +436,55 @@ class LiveMove:
             extra={"migration": result, "libvirt_seconds": job.call_seconds},
         )
         return result
+
+    def _settle(
+        self, move: Move, uuid: str, job: _Job, notes: list[str]
+    ) -> tuple[Seen, Seen, bool]:
+        """Wait for a migration that reached post-copy to end on its own (libvirt carries on
+        while both QEMUs live, a daemon killed or not), resuming it once where libvirt reports
+        it failed on both hosts; at most until its time limit, and ``settle_timeout`` at least.
+        Both hosts' views, and whether the VM is still split between them (``notes`` then says
+        what a person must do)."""
+        pool, watch = self.pool, self.watch
+        deadline = max(watch.clock() + watch.settle_timeout, job.deadline)
+        resumed = False
+        while True:
+            at_source = look_on(pool, move.source, uuid)
+            at_target = look_on(pool, move.target, uuid)
+            if not split(at_source, at_target):
+                return at_source, at_target, False
+            call = job.call
+            if at_source.failed and at_target.failed and not resumed and call is not None:
+                resumed = True
+                log.warning("%s: post-copy failed on both hosts; resuming it", move.vm)
+                notes.append(
+                    resume(
+                        pool,
+                        move.source,
+                        uuid,
+                        call.dest_uri,
+                        call.params,
+                        call.flags,
+                        watch.settle_timeout,
+                    )
+                )
+                continue
+            if watch.clock() > deadline:
+                break
+            time.sleep(watch.poll_interval)
+        uris = {h.name: h.uri for h in self.desired.cluster.spec.hosts}
+        has_it = at_target.exists or at_target.error is not None
+        todo = what_to_do(
+            move.vm,
+            move.source,
+            move.target,
+            uris.get(move.source, move.source),
+            uris.get(move.target, move.target),
+            has_it,
+        )
+        log.error("%s", todo)
+        notes.append(todo)
+        return at_source, at_target, True
 
     @staticmethod
     def _resume(pool: ConnectionPool, uuid: str, move: Move) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Final, TypeVar
 
 import libvirt
 
+from reconciler.adapters.libvirt import dirty_rate
 from reconciler.adapters.libvirt.compatibility import (
     HostAnswers,
     Needs,
@@ -61,6 +62,7 @@ _STATS: Final = (
     | libvirt.VIR_DOMAIN_STATS_CPU_TOTAL
     | libvirt.VIR_DOMAIN_STATS_BALLOON
     | libvirt.VIR_DOMAIN_STATS_VCPU
+    | dirty_rate.STATS
 )
 KEEPALIVE_COUNT: Final = 3
 """Unanswered keepalive messages after which libvirt drops a remote connection."""
@@ -126,6 +128,8 @@ class Probe:
     first_at: float = 0.0
     """Midpoint of the first ``getAllDomainStats`` (monotonic), the start of the CPU interval."""
     one_sample: bool = False
+    dirty_started: bool = False
+    """Dirty rate calculations were started: the second sweep reads them (``dirty_rate``)."""
     """A second CPU sample would only repeat the first (``repeats_first_sample``): not taken."""
     borrow: Callable[[], Any] | None = None
     """Gives the host's connection from the command's pool instead of opening one; a borrowed
@@ -249,6 +253,8 @@ def first_sweep(probe: Probe) -> None:
     records = probe.call("getAllDomainStats", conn.getAllDomainStats, _STATS, 0)
     probe.first_at = (before + time.monotonic()) / 2
     probe.one_sample = repeats_first_sample(probe.uri, records)
+    if probe.settings.sample_interval > 0 and not in_process(probe.uri):
+        probe.dirty_started = dirty_rate.start(probe, records)
     if not probe.one_sample:
         probe.cpu_first = probe.call(
             "getCPUStats", conn.getCPUStats, libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0
@@ -441,6 +447,7 @@ RawVm = tuple[
     Needs | None,  # what it asks of a target host
     MigrationClass,
     list[str],  # why it has its migration class
+    int | None,  # bytes of memory it writes per second (dirty_rate), when measured
 ]
 """One VM as plain values, in ``VmState``'s terms."""
 RawHost = tuple[
@@ -467,6 +474,7 @@ def second_sweep(probe: Probe) -> RawHost:
     host's CPU model, known only to the caller.
     """
     cpu_after: dict[bytes, object] = {}
+    dirty_after: dict[bytes, int | None] = {}
     busy: float | None = None
     elapsed_ns = 0
     if not probe.one_sample:
@@ -475,16 +483,25 @@ def second_sweep(probe: Probe) -> RawHost:
             "getCPUStats", conn.getCPUStats, libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0
         )
         before = time.monotonic()
+        flags = libvirt.VIR_DOMAIN_STATS_CPU_TOTAL
         second = probe.call(
-            "getAllDomainStats", conn.getAllDomainStats, libvirt.VIR_DOMAIN_STATS_CPU_TOTAL, 0
+            "getAllDomainStats",
+            conn.getAllDomainStats,
+            flags | dirty_rate.STATS if probe.dirty_started else flags,
+            0,
         )
         elapsed_ns = int(((before + time.monotonic()) / 2 - probe.first_at) * 1e9)
         if probe.questions is None:
             probe.close()
         cpu_after = {dom.UUID(): stats.get("cpu.time") for dom, stats in second}
+        if probe.dirty_started:
+            dirty_after = {dom.UUID(): dirty_rate.reading(stats) for dom, stats in second}
         del second  # its domain objects, freed now rather than with the results
         busy = _host_cpu_busy(probe.cpu_first, cpu_second)
-    vms = [_raw_vm(vm, cpu_after.get(vm.raw_uuid), elapsed_ns) for vm in probe.vms]
+    vms = [
+        _raw_vm(vm, cpu_after.get(vm.raw_uuid), elapsed_ns, dirty_after.get(vm.raw_uuid))
+        for vm in probe.vms
+    ]
     needs = [
         (vm[15], vm[2] in _LIVE_CODES)
         for vm in vms
@@ -539,7 +556,8 @@ def repeats_first_sample(uri: str, records: list[tuple[Any, dict[str, Any]]]) ->
 _LIVE_CODES: Final = frozenset(STATES.index(s) for s in MIGRATABLE_STATES)
 
 
-def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
+def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int, dirty: int | None) -> RawVm:
+    """``vm`` as plain values; ``dirty``: its dirty rate from the second sweep, when read."""
     stats = vm.stats
     cpu_used: float | None = None
     cpu_before = stats.get("cpu.time")
@@ -587,6 +605,7 @@ def _raw_vm(vm: _Vm, cpu_time_after: object, elapsed_ns: int) -> RawVm:
         vm.needs,
         klass,
         why,
+        dirty if dirty is not None else dirty_rate.reading(stats),
     )
 
 

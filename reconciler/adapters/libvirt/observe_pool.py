@@ -39,6 +39,7 @@ import libvirt
 
 from reconciler.adapters.libvirt.compatibility import Questions
 from reconciler.adapters.libvirt.connection import ensure_event_loop
+from reconciler.adapters.libvirt.dirty_rate import WAIT
 from reconciler.adapters.libvirt.observe_host import (
     Abandoned,
     Probe,
@@ -101,7 +102,8 @@ class _Pool:
                 with self.cond:
                     self.active.discard(index)
                     if index not in self.results:
-                        heapq.heappush(self.due, (probe.first_at + self.interval, index))
+                        wait = max(self.interval, WAIT if probe.dirty_started else 0)
+                        heapq.heappush(self.due, (probe.first_at + wait, index))
                         if self.due[0][1] == index:  # sooner than what idle threads wait for
                             self.cond.notify_all()
             except Abandoned:

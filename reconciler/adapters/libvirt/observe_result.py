@@ -131,6 +131,7 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         needs,
         klass,
         why,
+        dirty,
     ) = vm
     state = STATES[code] if isinstance(code, int) and 0 <= code < len(STATES) else STATES[0]
     reasons = _REASONS[state]
@@ -157,6 +158,7 @@ def _vm_fields(host: str, vm: RawVm) -> dict[str, object]:
         "unmigratable": blockers,
         "migrationClass": klass,
         "migrationReasons": why,
+        "dirtyRate": dirty,
         "disks": disks,
         "diskBytes": disk_bytes(disks),
         **_hugepage_fields(needs),

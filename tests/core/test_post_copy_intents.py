@@ -1,0 +1,111 @@
+"""A live move left behind by a post-copy, as the next round finds it: settled by libvirt after
+the call failed (a move), or split between the hosts (left alone, with what to do)."""
+
+from __future__ import annotations
+
+from reconciler.core.intents import post_copy_failures, resolved
+from reconciler.core.planner import plan
+from reconciler.model.history import History
+from reconciler.model.plan import UnsatisfiableCode
+from reconciler.model.snapshot import InFlight, MoveIntent, ReconcilerState, VmRunState, VmState
+from tests.core.builders import NOW, desired, host, host_state, snapshot, vm
+
+INTENT = MoveIntent(plan_id="p", source="h0", target="h1", started_at=NOW)
+HOSTS = [host_state("h0"), host_state("h1")]
+
+
+def seen(
+    on: str, state: VmRunState, reason: str = "", intent: MoveIntent | None = INTENT
+) -> VmState:
+    return vm("a", on).model_copy(
+        update={
+            "state": state,
+            "state_reason": reason,
+            "reconciler": ReconcilerState(intent=intent),
+        }
+    )
+
+
+def flying(*vms: VmState) -> list[InFlight]:
+    return [InFlight(name="a", uuid="uuid-a", hosts=sorted(v.host for v in vms))]
+
+
+def test_running_on_the_target_and_left_shut_off_on_the_source_is_a_move() -> None:
+    vms = [seen("h0", VmRunState.SHUTOFF, "migrated"), seen("h1", VmRunState.RUNNING, "migrated")]
+    after, [r] = resolved(snapshot(HOSTS, vms, flying(*vms)), NOW)
+    assert (r.host, r.discard_on) == ("h1", "h0")
+    assert r.state.intent is None
+    assert (r.state.last_moved_from, r.state.last_moved_to) == ("h0", "h1")
+    assert [v.host for v in after.vms] == ["h1"]
+    assert after.in_flight == []
+
+
+def test_a_vm_held_by_a_post_copy_is_left_alone() -> None:
+    going = [
+        seen("h0", VmRunState.PAUSED, "post-copy"),
+        seen("h1", VmRunState.RUNNING, "post-copy"),
+    ]
+    assert resolved(snapshot(HOSTS, going, flying(*going)), NOW)[1] == []
+    failed = [seen("h0", VmRunState.PAUSED, "post-copy failed")]
+    assert resolved(snapshot(HOSTS, failed), NOW)[1] == [], "not a failure on the source"
+    assert post_copy_failures(snapshot(HOSTS, going, flying(*going))) == []
+
+
+def test_a_split_vm_is_reported_with_the_command_that_resumes_it() -> None:
+    vms = [
+        seen("h0", VmRunState.PAUSED, "post-copy failed"),
+        seen("h1", VmRunState.PAUSED, "post-copy failed"),
+    ]
+    [problem] = post_copy_failures(snapshot(HOSTS, vms, flying(*vms)))
+    assert problem.code is UnsatisfiableCode.POST_COPY_FAILED
+    assert problem.vms == ["a"]
+    assert "do not resume or start it on h0" in problem.message
+    assert (
+        "virsh -c qemu+ssh://root@h0/system migrate --live --p2p --persistent --undefinesource "
+        "--postcopy --postcopy-resume a qemu+ssh://root@h1/system" in problem.message
+    )
+
+
+def test_a_vm_paused_on_its_source_whose_target_lost_it_must_be_restarted() -> None:
+    vms = [seen("h0", VmRunState.PAUSED, "post-copy failed")]
+    [problem] = post_copy_failures(snapshot(HOSTS, vms))
+    assert "h1 no longer holds it" in problem.message
+    assert "never resume it" in problem.message
+    down = [HOSTS[0], host_state("h1", reachable=False)]
+    [waiting] = post_copy_failures(snapshot(down, vms))
+    assert "once both hosts answer, resume the migration" in waiting.message
+
+
+def test_the_plan_names_a_split_vm_and_moves_nothing_of_it() -> None:
+    vms = [
+        seen("h0", VmRunState.PAUSED, "post-copy failed"),
+        seen("h1", VmRunState.RUNNING, "post-copy failed"),
+    ]
+    d = desired([host("h0", maintenance=True), host("h1")])
+    p = plan(d, snapshot(HOSTS, vms, flying(*vms)), History(), now=NOW)
+    assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
+    assert p.moves == []
+
+
+def test_a_vm_whose_post_copy_ended_out_of_sight_is_neither_a_failure_nor_moved() -> None:
+    # its source shut off as migrated, its target (its daemon killed meanwhile) without it
+    lost = seen("h0", VmRunState.SHUTOFF, "migrated")
+    snap, resolutions = resolved(snapshot(HOSTS, [lost]), NOW)
+    assert resolutions == []
+    (kept,) = snap.vms
+    assert kept.reconciler.intent == INTENT
+    assert not kept.migratable
+    [problem] = post_copy_failures(snap)
+    assert "h1 does not run it: it was lost with its post-copy" in problem.message
+    assert "virsh -c qemu+ssh://root@h0/system start a" in problem.message
+    down = [HOSTS[0], host_state("h1", reachable=False)]
+    [waiting] = post_copy_failures(snapshot(down, [lost]))
+    assert "do not start it on h0 before" in waiting.message
+    d = desired([host("h0"), host("h1")], placement={"a": "h1"})
+    p = plan(d, snap, History(), now=NOW)  # a round plans on the snapshot resolved
+    assert p.moves == []
+    p = plan(d, snapshot(HOSTS, [lost]), History(), now=NOW)  # `plan` on one not resolved
+    assert p.moves == []
+    assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
+    plain = seen("h0", VmRunState.SHUTOFF, "shutdown")
+    assert resolved(snapshot(HOSTS, [plain]), NOW)[1], "shut down by a person: a failure"
