@@ -368,6 +368,8 @@ def test_migration_parameters_follow_the_cluster_and_the_policy(desired: Desired
     assert call.params == {
         libvirt.VIR_MIGRATE_PARAM_URI: "tcp://kvm-02.migration",
         libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: 50,
+        # after a switch to post-copy the same limit, not QEMU's default of none
+        libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY: 50,
     }
     assert call.flags & libvirt.VIR_MIGRATE_AUTO_CONVERGE
     assert call.flags & libvirt.VIR_MIGRATE_POSTCOPY
