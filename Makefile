@@ -74,8 +74,11 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 # The lab proofs marked long (a minute or more each) run in the lab CI job (-m "lab or libvirt").
+# The tests that need no lab run on every core (pytest-xdist); the lab's tests after them, one at
+# a time, since they time real migrations. Lab proofs marked `long` are the lab CI job's.
 test: lint
-	$(VENV)/bin/pytest -q --durations=15 -m "not long"
+	$(VENV)/bin/pytest -q --durations=15 -n auto --dist worksteal -m "not lab and not long"
+	$(VENV)/bin/pytest -q --durations=15 -m "lab and not long"
 
 # On demand, not in CI (tens of minutes on two cores): mutates the code that decides and performs
 # moves ([tool.mutmut] in pyproject.toml), runs the fast tests that reach each mutant, prints the

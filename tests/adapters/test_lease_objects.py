@@ -1,8 +1,9 @@
-"""The lease does not grow any repository: 1,000 renewals, then count the objects.
+"""The lease does not grow any repository: 200 renewals (six times its bound of records), then
+count the objects.
 
 Counted two ways in the remote and in both scratch repositories: ``git count-objects -v``
 (loose and packed, reachable or not) and the files under ``objects/``. Before the records
-were bounded, 1,000 renewals left 1,001 objects in the remote and in the holder's scratch
+were bounded, 200 renewals left 201 objects in the remote and in the holder's scratch
 repository (one commit per renewal and the empty tree).
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from reconciler.adapters.git.lease import RECORDS, GitLease
 from tests.adapters.test_lease import Ticks
 
-RENEWALS = 1000
+RENEWALS = 200  # an unbounded lease would leave 201 objects; the bound is RECORDS + 1
 
 
 def objects(git_dir: Path) -> int:
@@ -43,7 +44,7 @@ def reachable(git_dir: Path) -> int:
     return len(out.splitlines())
 
 
-def test_a_thousand_renewals_write_a_bounded_set_of_objects(tmp_path: Path) -> None:
+def test_renewals_write_a_bounded_set_of_objects(tmp_path: Path) -> None:
     bare = tmp_path / "state.git"
     subprocess.run(["git", "init", "--quiet", "--bare", str(bare)], check=True)
     remote = f"file://{bare}"

@@ -97,6 +97,7 @@ def _run_repo(
         )
 
 
+@pytest.mark.long
 def test_run_repo_in_apply_mode_commits_its_moves_and_a_standby_moves_nothing_back(
     own_lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -32,7 +32,9 @@ def test_observe_test_driver_lab_table_and_json(
     web = next(line for line in lines if line.startswith("web-1 "))
     assert web.split()[1:3] == ["kvm-01", "running"]
     assert "app=web" in web
-    assert web.split()[6] == "shared"  # the migration class: no disks, live-migratable
+    header = next(line for line in lines if line.startswith("VM ")).split()
+    # the migration class: no disks, live-migratable
+    assert web.split()[header.index("CLASS")] == "shared"
 
     assert main(["observe", str(folder), "--format", "json", "--sample-interval", "0"]) == 0
     text = capsys.readouterr().out

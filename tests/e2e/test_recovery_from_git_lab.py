@@ -28,7 +28,7 @@ from tests.e2e.test_recovery_lab import (
 from tests.e2e.test_run_lab import free_port
 from tests.gitrepos import git, state_remote
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 BRANCH = "reconciler/observed/lab"
 

@@ -227,6 +227,7 @@ def kill_and_recover(lab: Lab, port: int) -> tuple[str, list[str]]:
     return dead, vms
 
 
+@pytest.mark.long
 def test_a_returning_host_keeps_no_stale_copy(own_lab: Lab, tmp_path: Path) -> None:
     configure(own_lab, ["true"])
     state, port, log = tmp_path / "state", free_port(), tmp_path / "run.log"
@@ -252,6 +253,7 @@ def test_a_returning_host_keeps_no_stale_copy(own_lab: Lab, tmp_path: Path) -> N
         print(log.read_text()[-3000:])
 
 
+@pytest.mark.long
 def test_failback_revert_moves_the_vms_back_once_the_host_is_back(
     own_lab: Lab, tmp_path: Path
 ) -> None:
@@ -282,6 +284,7 @@ def test_failback_revert_moves_the_vms_back_once_the_host_is_back(
         print(log.read_text()[-3000:])
 
 
+@pytest.mark.long
 def test_a_fence_that_fails_restarts_nothing_and_says_so(own_lab: Lab, tmp_path: Path) -> None:
     configure(own_lab, ["false"])
     state, port, log = tmp_path / "state", free_port(), tmp_path / "run.log"

@@ -28,7 +28,7 @@ from tests.e2e.test_apply_cli import assert_settled
 from tests.e2e.test_run_lab import free_port, metric, wait_until
 from tests.gitrepos import git, state_remote
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 libvirt = pytest.importorskip("libvirt")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from reconciler.adapters.lab.faults import freeze_host, thaw_host
 from tests.e2e.test_recovery_lab import busiest, configure, healthz, running_elsewhere, wait
 from tests.e2e.test_run_lab import free_port, metric, start, stop
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 NOT_LIVE_PAUSES = {
     libvirt.VIR_DOMAIN_PAUSED_MIGRATION,
