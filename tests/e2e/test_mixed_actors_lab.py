@@ -91,6 +91,12 @@ class Timeline:
             before = self.where.get(vm)
             if before is not None and before != on:
                 self.moves.append(Move(vm, before, on, by, now))
+            else:
+                # the mover writes its record once libvirt has moved the VM: a poll in between
+                # sees it on its target still naming its previous mover
+                last = next((m for m in reversed(self.moves) if m.vm == vm), None)
+                if last is not None and last.target == on and by is not None:
+                    last.by = by
             self.where[vm] = on
         self.polls += 1
 
@@ -166,7 +172,7 @@ def mixed_actors(lab: Lab, timeline: Timeline, tmp_path: Path, hold: str | None)
         ["apply", str(clone / "cluster-state"), "--yes", "--state-dir", str(tmp_path / "s2")],
         logs["apply"], "laptop-ops", RECONCILER_LOCK_DIR=str(tmp_path / "laptop-locks"),
     )  # fmt: skip
-    drained = lab.hosts[1].name  # the last host is erp's, by its pin: it cannot be drained
+    drained = lab.hosts[0].name  # erp is pinned to the last host, the GPU VMs need the second
     time.sleep(1.0)
     drain = launch(
         ["drain", drained, "cluster-state", "--repo", url, "--apply", "--yes",
