@@ -169,7 +169,15 @@ def test_lab_runs_real_vms(lab: Lab, lab_cluster: Cluster) -> None:
     for host in snap.hosts:
         count = sum(1 for v in snap.vms if v.host == host.name)
         assert host.libvirt_calls == 14 + 2 * count
-    assert all(vm.dirty_rate is not None for vm in snap.vms)
+    # each VM's dirty rate is measured by QEMU over a second; on a machine too busy to let it
+    # finish before the second sweep, the next observation reads it
+    measured = {vm.name for vm in snap.vms if vm.dirty_rate is not None}
+    for _ in range(3):
+        if measured == {vm.name for vm in snap.vms}:
+            break
+        again = observe_cluster(lab_cluster, sample_interval=0.3)
+        measured |= {vm.name for vm in again.vms if vm.dirty_rate is not None}
+    assert measured == {vm.name for vm in snap.vms}
 
 
 @pytest.mark.lab
