@@ -20,7 +20,7 @@ from reconciler.adapters.lab import Lab
 from tests.e2e.test_run_lab import free_port, running_on, start, stop, wait_until
 from tests.lab_fixtures import start_lab_or_skip, stop_and_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 pytest.importorskip("libvirt")
 
 # web-1..3 and db-1 start on kvm-01, db-2 on kvm-02; kvm-03 has none
