@@ -120,8 +120,8 @@ class World:
 
     def evacuate(self, decision: Decision) -> None:
         """The round's moves: the real planner's plan with the hosts out drained."""
-        if not decision.out:
-            return
+        if not any(v.host in decision.out for v in self.vms):
+            return  # nothing to take off the hosts out: the plan would move none of theirs
         desired = with_hosts_out(self.desired, decision.out)
         plan = planner.plan(desired, self.snapshot(), History(), now=self.now)
         where = {m.vm: m.target for m in (*plan.moves, *plan.deferred) if m.source in decision.out}
