@@ -234,6 +234,43 @@ def panels() -> list[Panel]:
             unit="s",
             options={"orientation": "horizontal", "displayMode": "basic"},
         ),
+        panel(
+            "timeseries",
+            "Host CPU over the load window and now",
+            (0, 40, 16, 8),
+            [
+                (
+                    f'max by (host) (reconciler_host_cpu_percent{{{C},over="window"}} {ACTIVE})',
+                    "{{host}} window",
+                ),
+                (
+                    f'max by (host) (reconciler_host_cpu_percent{{{C},over="sample"}} {ACTIVE})',
+                    "{{host}} now",
+                ),
+            ],
+            unit="percent",
+            description="basis used: each host's CPU over the policy's load window (what "
+            "balance decides on; absent while the window is unknown) beside the observation's "
+            "own short sample (dashed).",
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": ".* now"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [4, 4]}}
+                    ],
+                }
+            ],
+        ),
+        panel(
+            "timeseries",
+            "Load unknown over the window",
+            (16, 40, 8, 8),
+            [(f"max by (kind) (reconciler_load_unknown{{{C}}} {ACTIVE})", "{{kind}}")],
+            description="Running VMs and hosts whose load over the window the last plan did "
+            "not know (a new VM, a gap in sampling, Prometheus not answering): balance leaves "
+            "them alone. The alert ReconcilerLoadUnknown fires after 15 minutes of it.",
+            custom={"drawStyle": "bars", "fillOpacity": 80},
+        ),
     ]
 
 
@@ -244,7 +281,7 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "reconciler",
         "title": "reconciler",
-        "description": "reconciler run: spread, hosts, migrations, rounds, leader",
+        "description": "reconciler run: spread, hosts, migrations, rounds, leader, load",
         "tags": ["reconciler", "libvirt"],
         "timezone": "browser",
         "schemaVersion": 39,

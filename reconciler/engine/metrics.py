@@ -12,7 +12,7 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler.engine.execute import Event
-from reconciler.model.plan import Plan
+from reconciler.model.plan import HostLoad, Plan, PlanLoad
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import MoveOutcome, ReconcileStatus, RoundOutcome
 
@@ -110,6 +110,14 @@ class Metrics:
             "Running VMs (kind=vm) and hosts (kind=host) whose load over the window is unknown "
             "in the last plan; balance leaves them alone.",
             ["cluster", "kind"],
+            registry=r,
+        )
+        self.host_cpu = Gauge(
+            "reconciler_host_cpu_percent",
+            "CPU utilisation of a host's VMs in the last plan (basis used), percent: over the "
+            "policy's load window (over=window, while known) and in the observation's own "
+            "short sample (over=sample).",
+            ["cluster", "host", "over"],
             registry=r,
         )
         self.rollout_phase = Gauge(
@@ -261,3 +269,21 @@ class Metrics:
             else:  # an unknown host has no score; a stale one would mislead a dashboard
                 with contextlib.suppress(KeyError):
                     self.host_score.remove(self.cluster, host.host)
+            self._record_host_cpu(host, load)
+
+    def _record_host_cpu(self, host: HostLoad, load: PlanLoad | None) -> None:
+        """over=window: the figure balance decides on, only while the host's window is known;
+        over=sample: the short sample (beside the window, or what the plan read without one)."""
+        window = sample = None
+        if host.known and load is not None:
+            if load.basis == "window":
+                window = host.cpu_before if host.load_known else None
+                sample = host.cpu_now
+            else:
+                sample = host.cpu_before
+        for over, value in (("window", window), ("sample", sample)):
+            if value is None:
+                with contextlib.suppress(KeyError):
+                    self.host_cpu.remove(self.cluster, host.host, over)
+            else:
+                self.host_cpu.labels(self.cluster, host.host, over).set(value)

@@ -7,7 +7,9 @@ own service, if any, is not used).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +30,12 @@ POLICY_EDITS = {
     # a round every 2 s, so a few seconds hold several rounds
     "  interval: 15m ": "  interval: 2s ",
 }
+LOAD = (
+    "  load: {{source: prometheus, window: 20s, sampleEvery: 1s, "
+    "prometheus: {{url: '{url}', timeout: 2s}}}}\n"
+)
+"""CPU as used, over a 20 s window from the lab's own Prometheus (its exporters read the test
+driver's made-up CPU times), so a few seconds give a window."""
 
 
 def free_port() -> int:
@@ -44,17 +52,23 @@ def wait_for(check: Callable[[], object], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def lab_folder(directory: Path) -> Path:
-    """A test-driver lab (3 hosts, 8 VMs, unbalanced) whose policy acts every 2 s, always."""
-    assert main(["lab", "up", "--driver", "test", "--dir", str(directory)]) == 0
+def lab_folder(directory: Path) -> tuple[Path, str]:
+    """A test-driver lab (3 hosts, 8 VMs, unbalanced) with its exporters and Prometheus, whose
+    policy acts every 2 s, always, on the CPU its VMs use over a window read from that
+    Prometheus; the cluster folder and the lab Prometheus's URL. Stop it with ``lab down``."""
+    args = ["lab", "up", "--driver", "test", "--metrics", "--dir", str(directory)]
+    assert main(args) == 0
+    url = f"http://127.0.0.1:{json.loads((directory / 'lab.json').read_text())['prometheus_port']}"
     folder = directory / "cluster-state"
     policy = folder / "policy.yaml"
     text = policy.read_text()
     for old, new in POLICY_EDITS.items():
         assert old in text, f"the lab's policy.yaml changed: no {old.strip()!r}"
         text = text.replace(old, new)
+    text = re.sub(r"(?m)^  basis: \w+", "  basis: used", text)
+    text = re.sub(r"(?ms)^  load:.*?(?=^  \w)", LOAD.format(url=url), text)
     policy.write_text(text.split("\n  windows:")[0] + "\n")  # no windows: act at any time
-    return folder
+    return folder, url
 
 
 class Process:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.cli import main
 from tests.deploy import live
 from tests.deploy.promtools import DASHBOARD, DEPLOY, RULES, binary
 
@@ -64,7 +65,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     pytest.importorskip("libvirt")
     prometheus_bin = binary("prometheus")
     directory = tmp_path_factory.mktemp("dashboard")
-    folder = live.lab_folder(directory / "lab")
+    folder, lab_prometheus = live.lab_folder(directory / "lab")
     run, run_port = live.start_run(folder, directory)
     prometheus, url = live.start_prometheus(prometheus_bin, run_port, directory)
     api = live.PromApi(url)
@@ -80,10 +81,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             return bool(result) and float(result[0]["value"][1]) >= 2 * 8  # 8 scrapes, 2 series
 
         live.wait_for(scraped_enough, 60, "8 scrapes of reconciler run")
+        # and a round that read every host's window (half of it covered in the lab's Prometheus)
+        window = f'reconciler_host_cpu_percent{{cluster="{CLUSTER}",over="window"}}'
+        live.wait_for(lambda: len(api.query(window)) == 3, 90, f"windows from {lab_prometheus}")
         yield Live(api, run, prometheus, started)
     finally:
         run.stop()
         prometheus.stop()
+        main(["lab", "down", "--dir", str(directory / "lab")])
 
 
 def test_the_dashboard_file_is_what_build_py_writes() -> None:
@@ -128,6 +133,11 @@ def test_the_run_shows_in_the_panels(scraped: Live) -> None:
     spread_targets = by_title["Spread per architecture and its threshold"]
     spread, threshold = (one(t["expr"]) for t in spread_targets)
     assert max(spread.values()) > max(threshold.values())  # the lab starts unbalanced
+    window, now = (one(t["expr"]) for t in by_title["Host CPU over the load window and now"])
+    assert len(window) == len(now) == 3
+    assert all(v > 0 for v in [*window.values(), *now.values()])
+    unknown = one(by_title["Load unknown over the window"][0]["expr"])
+    assert sorted(json.loads(k)["kind"] for k in unknown) == ["host", "vm"]
     leader = one(by_title["Active instance"][0]["expr"])
     assert list(leader.values()) == [1.0]
     failed = one(by_title["Migrations failed, last hour"][0]["expr"])
