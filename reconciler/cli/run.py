@@ -8,13 +8,14 @@ listen address taken, git missing).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from reconciler.cli import acting, load, requests
+from reconciler.cli import acting, fleet, load, requests
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -74,6 +75,7 @@ def register(sub: Subparsers) -> None:
     add_state_dir_argument(p)
     add_observe_overrides(p)
     acting.add_coordination_argument(p)
+    fleet.add_fleet_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -89,15 +91,21 @@ class RunRequest:
     listen: str
     """HOST:PORT of /metrics, /healthz and /webhook; "off": none."""
     log_format: Literal["text", "json"]
+    clusters: str | None = None
+    """--clusters: the glob of the cluster folders to serve; None: every one below PATH (when
+    PATH is not itself a cluster folder)."""
+    concurrency: int = fleet.DEFAULT_CONCURRENCY
+    """--concurrency: at most this many rounds at once over a folder of clusters."""
 
 
 def request(args: argparse.Namespace) -> RunRequest:
     source = requests.source_of(args)
+    hold = requests.hold_of(args, source, waits=False, identity=args.identity)
     return RunRequest(
         acting=requests.ActRequest(
             command="run",
             source=source,
-            hold=requests.hold_of(args, source, waits=False, identity=args.identity),
+            hold=dataclasses.replace(hold, lease_duration=args.lease_duration),
             observe=requests.observe_of(args),
             state_dir=args.state_dir,
             confirmation=requests.Confirmation.YES,  # the policy's mode and window decide
@@ -106,6 +114,8 @@ def request(args: argparse.Namespace) -> RunRequest:
         poll=args.poll,
         listen=args.listen,
         log_format="json" if args.log_format == "json" else "text",
+        clusters=args.clusters,
+        concurrency=args.concurrency,
     )
 
 
@@ -114,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
     asked = request(args)
     logs.configure(asked.log_format)
+    if fleet.is_fleet(asked):  # PATH holds cluster folders: serve every one of them
+        return fleet.FleetInstance(asked).serve()
     return Instance(asked).serve()
 
 
