@@ -173,8 +173,9 @@ class FleetInstance:
             membership=membership,
             every=(hold.lease_duration or 15.0) / 3,
         )
-        self.metrics = FleetMetrics(lambda: [w.instance.metrics.registry for w in self._workers()])
-        self.fleet.on_change = self.metrics.update
+        self.metrics = FleetMetrics(
+            self.fleet, lambda: [w.instance.metrics.registry for w in self._workers()]
+        )
 
     def _workers(self) -> list[ClusterWorker]:
         return [w for w in self.fleet.workers().values() if isinstance(w, ClusterWorker)]

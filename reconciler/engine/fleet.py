@@ -60,11 +60,37 @@ class Membership(Protocol):
     def leave(self) -> None: ...
 
 
-@dataclass
 class _Running:
-    folder: str
-    worker: Worker
-    thread: threading.Thread
+    """A folder's thread: it builds the worker, then runs it until stopped."""
+
+    def __init__(self, fleet: Fleet, folder: str) -> None:
+        self.fleet = fleet
+        self.folder = folder
+        self.worker: Worker | None = None
+        self.stopped = False
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, name=f"cluster-{folder}", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            worker = self.fleet.make(self.folder)
+        except ReconcilerError as err:
+            self.fleet._invalid(self.folder, str(err))
+            return
+        with self.lock:
+            if self.stopped:
+                return
+            self.worker = worker
+        self.fleet.invalid.pop(self.folder, None)
+        log.info("serving cluster %s (folder %s)", worker.cluster, self.folder)
+        worker.run()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            worker = self.worker
+        if worker is not None:
+            worker.stop()
 
 
 @dataclass
@@ -74,13 +100,12 @@ class Fleet:
     discover: Callable[[], list[str]]
     """The cluster folders of the repository now (ReconcilerError: not readable now)."""
     make: Callable[[str], Worker]
-    """A folder's worker (ReconcilerError: its desired state cannot be served)."""
+    """A folder's worker, built in the folder's own thread (ReconcilerError: its desired state
+    cannot be served)."""
     membership: Membership | None = None
     every: float = 5.0
     """Seconds between looks at the members (a third of their etcd lease, or less)."""
     wakeup: triggers.Wakeup = field(default_factory=triggers.Wakeup)
-    on_change: Callable[[Fleet], None] = lambda fleet: None
-    """Told after every look (metrics)."""
     folders: tuple[str, ...] = ()
     members: frozenset[str] = frozenset()
     assigned: frozenset[str] = frozenset()
@@ -90,6 +115,7 @@ class Fleet:
     """Why the last look could not read the folders or the members; None when it could."""
     _read: bool = False
     """The folders were read once, and are current until woken by a change."""
+    _looks: int = 0
     _running: dict[str, _Running] = field(default_factory=dict)
     _leaving: list[_Running] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -110,14 +136,18 @@ class Fleet:
         self.wakeup.event.set()
         with self._lock:
             for running in self._running.values():
-                running.worker.stop()
+                running.stop()
 
     def look(self, reasons: Iterable[str] = ()) -> None:
         """One look: the folders (read again when woken by a change, e.g. a new commit), the
-        members, the assignment; workers started and stopped."""
+        members, the assignment; workers started and stopped.
+
+        In a group, the first look only joins: the members starting at the same time have
+        not all joined yet, and a cluster tried now would move again at the next look."""
         problems = []
         reasons = list(reasons)
-        if not self._read or any(r != triggers.SCHEDULE for r in reasons):
+        changed = any(r != triggers.SCHEDULE for r in reasons)
+        if not self._read or changed:
             try:
                 self.folders = tuple(sorted(set(self.discover())))
                 self._read = True
@@ -132,50 +162,47 @@ class Fleet:
         self.problem = "; ".join(problems) or None
         if self.problem:
             log.warning("%s; going on with what was read last", self.problem)
+        self._looks += 1
+        if self.membership is not None and self._looks == 1:
+            return
         self.assigned = mine(self.folders, self.members, self.me)
         with self._lock:
-            self._reap()
+            self._leaving = [r for r in self._leaving if r.thread.is_alive()]
+            for folder, running in list(self._running.items()):
+                if not running.thread.is_alive():  # its folder was invalid
+                    del self._running[folder]
             for folder in sorted(set(self._running) - self.assigned):
                 log.info("cluster folder %s is no longer this instance's: letting it go", folder)
                 running = self._running.pop(folder)
-                running.worker.stop()
+                running.stop()
                 self._leaving.append(running)
             for folder in sorted(self.assigned - set(self._running)):
                 if self._stopping.is_set() or any(r.folder == folder for r in self._leaving):
                     continue  # its previous worker is still settling: next look
-                self._start(folder)
-            changed = [r for r in reasons if r != triggers.SCHEDULE]
+                if folder in self.invalid and not changed:
+                    continue  # tried again when the folders change
+                running = _Running(self, folder)
+                self._running[folder] = running
+                running.thread.start()
             for running in self._running.values():
-                for reason in changed:
-                    running.worker.wake(reason)
+                for reason in reasons:
+                    if reason != triggers.SCHEDULE and running.worker is not None:
+                        running.worker.wake(reason)
             for folder in list(self.invalid):
                 if folder not in self.assigned:
                     del self.invalid[folder]
-        self.on_change(self)
 
-    def _start(self, folder: str) -> None:
-        try:
-            worker = self.make(folder)
-        except ReconcilerError as err:
-            if self.invalid.get(folder) != str(err):
-                log.error("cluster folder %s stalls, the others go on: %s", folder, err)
-            self.invalid[folder] = str(err)
-            return
-        self.invalid.pop(folder, None)
-        thread = threading.Thread(target=worker.run, name=f"cluster-{folder}", daemon=True)
-        self._running[folder] = _Running(folder, worker, thread)
-        thread.start()
-        log.info("serving cluster %s (folder %s)", worker.cluster, folder)
-
-    def _reap(self) -> None:
-        self._leaving = [r for r in self._leaving if r.thread.is_alive()]
+    def _invalid(self, folder: str, why: str) -> None:
+        if self.invalid.get(folder) != why:
+            log.error("cluster folder %s stalls, the others go on: %s", folder, why)
+        self.invalid[folder] = why
 
     def _shutdown(self) -> None:
         with self._lock:
             running = list(self._running.values()) + self._leaving
             self._running.clear()
         for r in running:
-            r.worker.stop()
+            r.stop()
         for r in running:
             r.thread.join()
         if self.membership is not None:
@@ -184,7 +211,7 @@ class Fleet:
     def workers(self) -> Mapping[str, Worker]:
         """The workers of the folders this instance serves now, by folder."""
         with self._lock:
-            return {folder: r.worker for folder, r in self._running.items()}
+            return {f: r.worker for f, r in self._running.items() if r.worker is not None}
 
     def report(self) -> dict[str, object]:
         """/status: this instance, its group, the folders assigned to it and what each does."""

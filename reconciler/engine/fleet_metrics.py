@@ -14,10 +14,14 @@ from reconciler.engine.fleet import Fleet
 class _Merged:
     """A collector yielding the families of several registries, one family per name."""
 
-    def __init__(self, registries: Callable[[], list[CollectorRegistry]]) -> None:
+    def __init__(
+        self, registries: Callable[[], list[CollectorRegistry]], before: Callable[[], None]
+    ) -> None:
         self.registries = registries
+        self.before = before
 
     def collect(self) -> Iterator[Metric]:
+        self.before()
         families: dict[str, Metric] = {}
         for registry in self.registries():
             for family in registry.collect():
@@ -30,9 +34,11 @@ class _Merged:
 
 
 class FleetMetrics:
-    """``/metrics`` of a fleet instance; ``registries`` gives the clusters' registries now."""
+    """``/metrics`` of a fleet instance, read when scraped: ``fleet``'s gauges, and the
+    registries ``registries`` gives (its clusters' own, now)."""
 
-    def __init__(self, registries: Callable[[], list[CollectorRegistry]]) -> None:
+    def __init__(self, fleet: Fleet, registries: Callable[[], list[CollectorRegistry]]) -> None:
+        self.fleet = fleet
         self.own = CollectorRegistry(auto_describe=True)
         self.clusters = Gauge(
             "reconciler_fleet_clusters",
@@ -51,7 +57,9 @@ class FleetMetrics:
             "reconciler_fleet_members", "Live instances of the fleet's group.", registry=self.own
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Merged(lambda: [self.own, *registries()]))
+        self.registry.register(
+            _Merged(lambda: [self.own, *registries()], lambda: self.update(self.fleet))
+        )
 
     def update(self, fleet: Fleet) -> None:
         report = fleet.report()

@@ -43,6 +43,14 @@ class FakeMembers:
         self.left = True
 
 
+def look(fleet: Fleet, reasons: list[str] | None = None) -> None:
+    """One look, then until every worker it started is built (each in its own thread)."""
+    fleet.look(reasons or [])
+    for running in list(fleet._running.values()):
+        while running.worker is None and running.thread.is_alive():
+            threading.Event().wait(0.005)
+
+
 def make_fleet(folders: list[str], members: FakeMembers | None, me: str = "a") -> Fleet:
     made: dict[str, FakeWorker] = {}
 
@@ -52,19 +60,22 @@ def make_fleet(folders: list[str], members: FakeMembers | None, me: str = "a") -
         made[folder] = FakeWorker(folder)
         return made[folder]
 
-    return Fleet(me=me, discover=lambda: list(folders), make=make, membership=members)
+    fleet = Fleet(me=me, discover=lambda: list(folders), make=make, membership=members)
+    if members is not None:
+        fleet.look()  # the first look in a group only joins it
+    return fleet
 
 
 def test_alone_it_serves_every_folder_and_a_broken_one_stalls_alone() -> None:
     folders = ["c1", "c2", "broken-1"]
     fleet = make_fleet(folders, None)
-    fleet.look()
+    look(fleet)
     assert set(fleet.workers()) == {"c1", "c2"}
     assert list(fleet.invalid) == ["broken-1"]
     report = fleet.report()
     assert report["held"] == ["c1", "c2"]
     folders.remove("c1")
-    fleet.look(["desired-state-changed"])  # a change: the folders are read again
+    look(fleet, ["desired-state-changed"])  # a change: the folders are read again
     assert set(fleet.workers()) == {"c2"}
     fleet.stop()
 
@@ -72,11 +83,11 @@ def test_alone_it_serves_every_folder_and_a_broken_one_stalls_alone() -> None:
 def test_folders_are_read_again_only_when_woken_by_a_change() -> None:
     folders = ["c1"]
     fleet = make_fleet(folders, None)
-    fleet.look()
+    look(fleet)
     folders.append("c2")
-    fleet.look(["schedule"])
+    look(fleet, ["schedule"])
     assert set(fleet.workers()) == {"c1"}
-    fleet.look(["desired-state-changed"])
+    look(fleet, ["desired-state-changed"])
     assert set(fleet.workers()) == {"c1", "c2"}
     worker = fleet.workers()["c1"]
     assert isinstance(worker, FakeWorker)
@@ -89,14 +100,14 @@ def test_members_share_the_folders_and_a_leaving_member_hands_its_share_over() -
     members = FakeMembers({"a", "b", "c"})
     fleets = {m: make_fleet(folders, members, me=m) for m in ("a", "b", "c")}
     for fleet in fleets.values():
-        fleet.look()
+        look(fleet)
     served = [set(f.workers()) for f in fleets.values()]
     assert set().union(*served) == set(folders)
     assert sum(len(s) for s in served) == len(folders)  # each folder tried by one member
     before = {m: set(f.workers()) for m, f in fleets.items()}
     members.members = {"a", "b"}  # c is gone
     for m in ("a", "b"):
-        fleets[m].look()
+        look(fleets[m])
     after = {m: set(fleets[m].workers()) for m in ("a", "b")}
     assert after["a"] | after["b"] == set(folders)
     assert before["a"] <= after["a"]
@@ -109,10 +120,10 @@ def test_members_share_the_folders_and_a_leaving_member_hands_its_share_over() -
 def test_a_member_no_longer_assigned_stops_its_worker_before_anyone_else_starts() -> None:
     members = FakeMembers({"a"})
     fleet = make_fleet(["c1", "c2", "c3", "c4"], members, me="a")
-    fleet.look()
+    look(fleet)
     workers = dict(fleet.workers())
     members.members = {"a", "b"}
-    fleet.look()
+    look(fleet)
     gone = set(workers) - set(fleet.workers())
     assert gone == set(assign(workers, {"a", "b"})["b"])
     for folder in gone:
@@ -125,10 +136,10 @@ def test_a_member_no_longer_assigned_stops_its_worker_before_anyone_else_starts(
 def test_unreadable_members_keep_the_last_assignment_and_say_so() -> None:
     members = FakeMembers({"a", "b"})
     fleet = make_fleet([f"c{i}" for i in range(8)], members, me="a")
-    fleet.look()
+    look(fleet)
     served = set(fleet.workers())
     members.down = True
-    fleet.look()
+    look(fleet)
     assert set(fleet.workers()) == served
     assert fleet.problem is not None
     assert "etcd unreachable" in fleet.problem
