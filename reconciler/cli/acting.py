@@ -132,7 +132,7 @@ class ActingPath:
         self.request = request
         self.source: FolderSource | RepoSource = open_source(request.source)
         self.state_dir: Path = request.state_dir or default_state_dir()
-        self.identity = request.hold.identity or _identity(request.command)
+        self.identity = request.hold.identity or holder_identity(request.command)
         """This holder's name: in the lease, and in the records of the rollouts it carries."""
         self.actor = request.hold.identity or f"{request.command}@{socket.gethostname()}"
         """Who acts, as intents and move records name it: one name per command and machine
@@ -437,7 +437,8 @@ class ActingPath:
         return Recovery(cluster, ports)
 
 
-def _identity(command: str) -> str:
+def holder_identity(command: str) -> str:
+    """A holder's name when --identity names none: command@host:pid:start."""
     return f"{command}@{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
 
 

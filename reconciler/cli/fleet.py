@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.cli.run import Instance, RunRequest
     from reconciler.engine.fleet import Fleet
-    from reconciler.model.status import ReconcileStatus
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +109,7 @@ class ClusterWorker:
     def __init__(self, instance: Instance, rounds: threading.Semaphore) -> None:
         self.instance = instance
         self.cluster = instance.cluster
-        self.rounds = rounds
-        self._round = instance.loop.run_round
-        instance.loop.run_round = self.run_round
-
-    def run_round(self, trigger: str, act: bool) -> ReconcileStatus:
-        with self.rounds:  # at most --concurrency rounds at once in this process
-            return self._round(trigger, act)
+        instance.loop.turn = lambda: rounds  # at most --concurrency rounds at once
 
     def run(self) -> None:
         inst = self.instance
@@ -154,7 +147,7 @@ class FleetInstance:
 
         self.asked = asked
         hold = asked.acting.hold
-        self.me = hold.identity or acting._identity("run")
+        self.me = hold.identity or acting.holder_identity("run")
         self.rounds = threading.Semaphore(asked.concurrency)
         self.abort = threading.Event()
         source = asked.acting.source
