@@ -1,5 +1,7 @@
 """``reconciler run``: the unattended loop, one active instance per cluster, observable over HTTP.
 
+A PATH holding cluster folders rather than being one is served as a fleet (``cli/fleet.py``).
+
 Exits 0 after SIGTERM or SIGINT (running migrations settle first; a second signal aborts them,
 the VMs staying on their sources), 1 when it cannot start (invalid cluster folder at start, the
 listen address taken, git missing).
@@ -52,7 +54,9 @@ def register(sub: Subparsers) -> None:
         description="Run reconcile rounds every spec.interval and at once when the desired "
         "state changes (folder watched, repository polled, webhook). The policy's mode decides: "
         "observe reports, propose keeps the proposal current, apply migrates inside windows. "
-        "One instance per cluster acts; others stand by on the lease. See docs/run.md.",
+        "One instance per cluster acts; others stand by on the lease. Given a folder of "
+        "clusters (PATH with cluster folders below it, or --clusters GLOB), serves every one; "
+        "with --coordination, several instances share them. See docs/run.md.",
     )
     add_path_argument(p)
     add_repo_arguments(p)
