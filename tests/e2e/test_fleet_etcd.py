@@ -35,10 +35,13 @@ from tests.gitrepos import state_remote
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = 15
 HOSTS = 4
-INTERVAL = 2.0
+INTERVAL = 3.0
 """Seconds between two rounds of a cluster (spec.interval)."""
-LEASE = 4.0
-"""--lease-duration: renewed every ~0.5 s, given up ~2.7 s after the last renewal."""
+SLACK = 2.0
+"""How much later than two intervals a round may be seen: the interval's 10% jitter, the
+status file read by a poll, a busy machine."""
+LEASE = 6.0
+"""--lease-duration: renewed every ~0.8 s, given up 4 s after the last renewal."""
 RENEW_DEADLINE = LEASE * 10 / 15
 
 pytestmark = pytest.mark.skipif(ETCD is None, reason="no etcd binary (apt-get install etcd-server)")
@@ -170,7 +173,7 @@ def test_three_instances_share_the_clusters_and_survive_a_death_and_an_etcd_paus
                     last_round[c] = (count, now)
             time.sleep(0.2)
         longest = max([longest, *(time.monotonic() - t for _, t in last_round.values())])
-        assert longest <= 2 * INTERVAL + 1.0, f"a cluster waited {longest:.1f} s for a round"
+        assert longest <= 2 * INTERVAL + SLACK, f"a cluster waited {longest:.1f} s for a round"
 
         # SIGKILL one: its clusters held again by the survivors only, within twice the lease
         dead, survivors = members[0], members[1:]
