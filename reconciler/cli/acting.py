@@ -54,6 +54,14 @@ RETRY_PERIOD = 2.0
 RENEW_DEADLINE = 10.0
 
 
+def lease_timing(duration: float | None) -> tuple[float, float]:
+    """(retry period, renew deadline) of a lease of ``duration`` seconds (None: the default
+    15 s: renewed every 2 s, given up 10 s after the last renewal), scaled alike."""
+    if duration is None:
+        return RETRY_PERIOD, RENEW_DEADLINE
+    return max(0.2, duration * RETRY_PERIOD / 15), duration * RENEW_DEADLINE / 15
+
+
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -124,7 +132,7 @@ class ActingPath:
         self.request = request
         self.source: FolderSource | RepoSource = open_source(request.source)
         self.state_dir: Path = request.state_dir or default_state_dir()
-        self.identity = request.hold.identity or _identity(request.command)
+        self.identity = request.hold.identity or holder_identity(request.command)
         """This holder's name: in the lease, and in the records of the rollouts it carries."""
         self.actor = request.hold.identity or f"{request.command}@{socket.gethostname()}"
         """Who acts, as intents and move records name it: one name per command and machine
@@ -162,12 +170,13 @@ class ActingPath:
         if declared is not None:
             self.joint = JointLease(local, self._lease(cluster, *declared), declared[2])
             lease = self.joint
+        retry, renew = lease_timing(self.request.hold.lease_duration)
         return LeaseKeeper(
             lease,
             wakeup or Wakeup(),
             round_stop if round_stop is not None else threading.Event(),
-            retry_period=RETRY_PERIOD,
-            renew_deadline=RENEW_DEADLINE,
+            retry_period=retry,
+            renew_deadline=renew,
             on_change=on_change,
         )
 
@@ -210,13 +219,26 @@ class ActingPath:
 
     def _lease(self, cluster: str, kind: HoldKind, url: str, label: str) -> Any:
         identity = self.identity
+        from reconciler.adapters.git.lease import LEASE_DURATION
+
+        duration = self.request.hold.lease_duration or LEASE_DURATION
+        renew = lease_timing(duration)[1]
         if kind is HoldKind.ETCD:
             from reconciler.adapters.etcd.lease import ToozLease
 
-            return ToozLease(url, cluster, identity=identity)
+            return ToozLease(
+                url, cluster, identity=identity, lease_duration=duration, renew_deadline=renew
+            )
         from reconciler.adapters.git.lease import GitLease
 
-        return GitLease(url, cluster, self.state_dir / cluster / "lease.git", identity=identity)
+        return GitLease(
+            url,
+            cluster,
+            self.state_dir / cluster / "lease.git",
+            identity=identity,
+            lease_duration=duration,
+            renew_deadline=renew,
+        )
 
     def take(self, keeper: LeaseKeeper, cluster: str) -> None:
         """Take the hold, waiting up to the request's timeout; TerminalError naming the
@@ -415,7 +437,8 @@ class ActingPath:
         return Recovery(cluster, ports)
 
 
-def _identity(command: str) -> str:
+def holder_identity(command: str) -> str:
+    """A holder's name when --identity names none: command@host:pid:start."""
     return f"{command}@{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
 
 

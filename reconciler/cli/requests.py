@@ -73,6 +73,8 @@ class HoldRequest:
     """This holder's name in a lease (None: command@host:pid:start)."""
     local_only: bool = False
     """``--local-lock-only``: this machine's lock alone, whatever the cluster declares."""
+    lease_duration: float | None = None
+    """Seconds of the etcd or git lease (``run --lease-duration``); None: the default, 15."""
 
     def __post_init__(self) -> None:
         if self.kind is not HoldKind.LOCK and not self.url:

@@ -1,5 +1,7 @@
 """``reconciler run``: the unattended loop, one active instance per cluster, observable over HTTP.
 
+A PATH holding cluster folders rather than being one is served as a fleet (``cli/fleet.py``).
+
 Exits 0 after SIGTERM or SIGINT (running migrations settle first; a second signal aborts them,
 the VMs staying on their sources), 1 when it cannot start (invalid cluster folder at start, the
 listen address taken, git missing).
@@ -8,13 +10,14 @@ listen address taken, git missing).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from reconciler.cli import acting, load, requests
+from reconciler.cli import acting, fleet, load, requests
 from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
@@ -51,7 +54,9 @@ def register(sub: Subparsers) -> None:
         description="Run reconcile rounds every spec.interval and at once when the desired "
         "state changes (folder watched, repository polled, webhook). The policy's mode decides: "
         "observe reports, propose keeps the proposal current, apply migrates inside windows. "
-        "One instance per cluster acts; others stand by on the lease. See docs/run.md.",
+        "One instance per cluster acts; others stand by on the lease. Given a folder of "
+        "clusters (PATH with cluster folders below it, or --clusters GLOB), serves every one; "
+        "with --coordination, several instances share them. See docs/run.md.",
     )
     add_path_argument(p)
     add_repo_arguments(p)
@@ -74,6 +79,7 @@ def register(sub: Subparsers) -> None:
     add_state_dir_argument(p)
     add_observe_overrides(p)
     acting.add_coordination_argument(p)
+    fleet.add_fleet_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -89,15 +95,21 @@ class RunRequest:
     listen: str
     """HOST:PORT of /metrics, /healthz and /webhook; "off": none."""
     log_format: Literal["text", "json"]
+    clusters: str | None = None
+    """--clusters: the glob of the cluster folders to serve; None: every one below PATH (when
+    PATH is not itself a cluster folder)."""
+    concurrency: int = fleet.DEFAULT_CONCURRENCY
+    """--concurrency: at most this many rounds at once over a folder of clusters."""
 
 
 def request(args: argparse.Namespace) -> RunRequest:
     source = requests.source_of(args)
+    hold = requests.hold_of(args, source, waits=False, identity=args.identity)
     return RunRequest(
         acting=requests.ActRequest(
             command="run",
             source=source,
-            hold=requests.hold_of(args, source, waits=False, identity=args.identity),
+            hold=dataclasses.replace(hold, lease_duration=args.lease_duration),
             observe=requests.observe_of(args),
             state_dir=args.state_dir,
             confirmation=requests.Confirmation.YES,  # the policy's mode and window decide
@@ -106,6 +118,8 @@ def request(args: argparse.Namespace) -> RunRequest:
         poll=args.poll,
         listen=args.listen,
         log_format="json" if args.log_format == "json" else "text",
+        clusters=args.clusters,
+        concurrency=args.concurrency,
     )
 
 
@@ -114,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     asked = request(args)
     logs.configure(asked.log_format)
+    if fleet.is_fleet(asked):  # PATH holds cluster folders: serve every one of them
+        return fleet.FleetInstance(asked).serve()
     return Instance(asked).serve()
 
 

@@ -58,3 +58,29 @@ def rollout_files(folder: Path) -> list[Path]:
 def is_rollout_file(path: Path) -> bool:
     """A file in the ``rollouts/`` folder of a cluster folder."""
     return path.parent.name == ROLLOUTS
+
+
+CLUSTER_FILES: Final = ("cluster.yaml", "cluster.yml")
+
+
+def is_cluster_folder(folder: Path) -> bool:
+    """A folder holding its ``cluster.yaml`` (or ``cluster.yml``)."""
+    return any((folder / name).is_file() for name in CLUSTER_FILES)
+
+
+def fleet_folders(root: Path, pattern: str | None = None) -> list[str]:
+    """The cluster folders of a fleet under ``root``, relative to it (``/``-separated), sorted:
+    every folder below ``root`` holding a ``cluster.yaml``, or those of them ``pattern`` (a
+    glob relative to ``root``, e.g. ``prod-*`` or ``sites/*/*``) names. Hidden and symlinked
+    folders are skipped."""
+    if pattern is not None:
+        found = [p for p in root.glob(pattern) if p.is_dir() and not p.is_symlink()]
+    else:
+        found = cluster_folders(root)
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in found
+        if p != root
+        and is_cluster_folder(p)
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )

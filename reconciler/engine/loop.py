@@ -21,10 +21,12 @@ Clock, sleep and randomness are injected, so tests drive hours of schedule in mi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -126,6 +128,9 @@ class Loop:
     leadership: Leadership = field(default_factory=AlwaysLeader)
     release: Callable[[], None] | None = None
     """Releases the lease at shutdown."""
+    turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+    """Entered around each round, before its clock starts: a fleet's bound on the rounds
+    running at once (a round waits for its turn outside its duration)."""
     sleep: Sleep = real_sleep
     rng: random.Random = field(default_factory=random.Random)
     settings: LoopSettings = field(default_factory=LoopSettings)
@@ -216,6 +221,10 @@ class Loop:
         log.info("retrying in %.1f s (attempt %d)", wait, state.attempt_number + 1)
 
     def _round(self, trigger: str) -> None:
+        with self.turn():
+            self._counted_round(trigger)
+
+    def _counted_round(self, trigger: str) -> None:
         self.rounds += 1
         with bound(round=self.rounds, trigger=trigger):
             started = self.clock.now()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -345,3 +347,27 @@ def test_a_rollout_in_progress_brings_the_next_round_forward() -> None:
     assert rnd.calls[2].at == START + timedelta(seconds=30 + 1 + 600)
     assert sample(loop, "reconciler_rollout_phase", rollout="r", phase="Stopped") == 1
     assert sample(loop, "reconciler_rollout_phase", rollout="r", phase="InProgress") == 0
+
+
+def test_a_round_runs_inside_its_turn_and_its_wait_is_not_its_duration() -> None:
+    """A fleet bounds the rounds running at once: each round (policy read included) runs
+    inside ``turn``, and the time spent waiting for it is not counted as the round's."""
+    inside: list[bool] = []
+    state = {"in": False}
+    holder: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def turn() -> Iterator[None]:
+        holder["t"].clock.advance(30)  # waited 30 s for a turn
+        state["in"] = True
+        try:
+            yield
+        finally:
+            state["in"] = False
+
+    loop, t, rnd, pol = make(policy(Mode.OBSERVE, timedelta(minutes=10)), turn=turn)
+    holder["t"] = t
+    rnd.on_call = lambda: inside.append(state["in"])
+    run_until(loop, rnd, 3)
+    assert inside == [True, True, True]
+    assert sample(loop, "reconciler_reconcile_duration_seconds_sum") == 3.0  # 1 s each

@@ -239,6 +239,7 @@ class HttpServer:
         on_push: Callable[[str], None],
         secret: str | None,
         branch: str | None = None,
+        status: Callable[[], dict[str, object]] | None = None,
         read_timeout: float = READ_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         connection_deadline: float = CONNECTION_DEADLINE,
@@ -250,6 +251,8 @@ class HttpServer:
         self.on_push = on_push
         self.secret = secret.encode() if secret else None
         self.branch = branch
+        self.status = status
+        """/status: what a fleet instance holds and is assigned (None: no /status)."""
         handler = _handler(self, read_timeout)
         try:
             self.server = _BoundedServer(
@@ -307,7 +310,12 @@ class HttpServer:
         return HTTPStatus.ACCEPTED, "round triggered\n"
 
 
-_ALLOWED: Final = {"/metrics": "GET, HEAD", "/healthz": "GET, HEAD", "/webhook": "POST"}
+_ALLOWED: Final = {
+    "/metrics": "GET, HEAD",
+    "/healthz": "GET, HEAD",
+    "/status": "GET, HEAD",
+    "/webhook": "POST",
+}
 
 
 def _handler(app: HttpServer, read_timeout: float) -> type[BaseHTTPRequestHandler]:
@@ -357,6 +365,9 @@ def _handler(app: HttpServer, read_timeout: float) -> type[BaseHTTPRequestHandle
                 status = HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE
                 body = (json.dumps(report) + "\n").encode()
                 self._send(status, body, "application/json")
+            elif path == "/status" and app.status is not None:
+                body = (json.dumps(app.status(), sort_keys=True) + "\n").encode()
+                self._send(HTTPStatus.OK, body, "application/json")
             else:
                 self._send(
                     HTTPStatus.NOT_FOUND, b"try /metrics, /healthz or /webhook\n", "text/plain"

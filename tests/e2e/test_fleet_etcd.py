@@ -1,0 +1,209 @@
+"""Three ``run`` instances sharing one repository of clusters through a real etcd.
+
+One bare repository (file://) of test-driver clusters, one etcd (Debian's ``etcd-server``, as in
+``tests/adapters/test_lease_tooz.py``), three instance processes with short leases. Who holds a
+cluster is read from etcd's lease keys and from each instance's ``/status``; that a cluster
+was reconciled, from the status files the rounds write.
+
+- every cluster is held by exactly one instance, and the holder in etcd is the instance whose
+  ``/status`` says it holds it; every cluster is reconciled at least once per two intervals;
+- SIGKILL one instance: its clusters are held again, by the survivors only, within twice the
+  lease time of its etcd leases expiring;
+- SIGSTOP etcd: within the renew deadline no instance claims any cluster (it can no longer
+  prove it holds one), and after SIGCONT every cluster is held by one instance again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.adapters.test_lease_tooz import ETCD, Etcd
+from tests.e2e.test_run_cli import _port, wait_for
+from tests.fleets import write_fleet
+from tests.gitrepos import state_remote
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTERS = 15
+HOSTS = 4
+INTERVAL = 3.0
+"""Seconds between two rounds of a cluster (spec.interval)."""
+SLACK = 2.0
+"""How much later than two intervals a round may be seen: the interval's 10% jitter, the
+status file read by a poll, a busy machine."""
+LEASE = 6.0
+"""--lease-duration: renewed every ~0.8 s, given up 4 s after the last renewal."""
+RENEW_DEADLINE = LEASE * 10 / 15
+
+pytestmark = pytest.mark.skipif(ETCD is None, reason="no etcd binary (apt-get install etcd-server)")
+
+
+class Member:
+    def __init__(self, name: str, url: str, etcd: str, tmp: Path) -> None:
+        self.name = name
+        self.port = _port()
+        self.state = tmp / f"state-{name}"
+        self.log = (tmp / f"{name}.log").open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reconciler",
+                "run",
+                "--repo",
+                url,
+                "--cache-dir",
+                str(tmp / f"cache-{name}"),
+                "--state-dir",
+                str(self.state),
+                "--coordination",
+                etcd,
+                "--identity",
+                name,
+                "--lease-duration",
+                str(LEASE),
+                "--poll",
+                "2",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--log-format",
+                "json",
+            ],
+            stderr=self.log,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO), "RECONCILER_LOCK_DIR": str(tmp)},
+        )
+
+    def status(self) -> dict[str, object] | None:
+        try:
+            r = httpx.get(f"http://127.0.0.1:{self.port}/status", timeout=2)
+        except httpx.TransportError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    def held(self) -> set[str]:
+        got = self.status()
+        held = got.get("held") if got else None
+        return set(held) if isinstance(held, list) else set()
+
+    def rounds(self, cluster: str) -> int:
+        try:
+            return int(json.loads((self.state / cluster / "status.json").read_text())["rounds"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    server = Etcd(tmp_path / "etcd")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def holders(etcd: Etcd) -> dict[str, str]:
+    """Each cluster's holder as etcd's lease keys say (``reconciler/lease/<cluster>``)."""
+    from etcd3gw.client import Etcd3Client
+
+    client = Etcd3Client(port=etcd.client_port, timeout=2, api_path="/v3/")
+    out = {}
+    for value, meta in client.get_prefix("reconciler/lease/"):
+        key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
+        out[key.rsplit("/", 1)[-1]] = json.loads(value)["holder"]
+    return out
+
+
+def test_three_instances_share_the_clusters_and_survive_a_death_and_an_etcd_pause(
+    tmp_path: Path, etcd: Etcd
+) -> None:
+    pytest.importorskip("libvirt")
+    fleet = tmp_path / "fleet"
+    names = write_fleet(fleet, tmp_path / "nodes", CLUSTERS, hosts=HOSTS, interval=f"{INTERVAL:g}s")
+    url, _ = state_remote(tmp_path, fleet)  # the clusters under cluster-state/ on main
+    members = [Member(n, url, etcd.url, tmp_path) for n in ("a", "b", "c")]
+    try:
+        # every cluster held, by one instance each; etcd and /status agree on who
+        def settled(alive: list[Member]) -> bool:
+            held = [m.held() for m in alive]
+            in_etcd = holders(etcd)
+            return (
+                sorted(c for h in held for c in h) == names
+                and set(in_etcd) == set(names)
+                and all(in_etcd[c] == m.name for m, h in zip(alive, held, strict=True) for c in h)
+            )
+
+        wait_for(lambda: settled(members), timeout=60)
+        shares = {m.name: m.held() for m in members}
+        assert all(shares.values()), f"an instance got no cluster: {shares}"
+
+        # at every look: no cluster claimed by two instances, none held in etcd by another;
+        # and every cluster reconciled at least once per two intervals
+        last_round = {c: (sum(m.rounds(c) for m in members), time.monotonic()) for c in names}
+        longest = 0.0
+        watch_until = time.monotonic() + 4 * INTERVAL
+        while time.monotonic() < watch_until:
+            held = [m.held() for m in members]
+            in_etcd = holders(etcd)
+            for i, h in enumerate(held):
+                for other in held[i + 1 :]:
+                    assert not (h & other), f"claimed twice: {h & other}"
+                for c in h:
+                    assert in_etcd.get(c) in (members[i].name, None), (c, in_etcd.get(c))
+            now = time.monotonic()
+            for c in names:
+                count = sum(m.rounds(c) for m in members)
+                if count > last_round[c][0]:
+                    longest = max(longest, now - last_round[c][1])
+                    last_round[c] = (count, now)
+            time.sleep(0.2)
+        longest = max([longest, *(time.monotonic() - t for _, t in last_round.values())])
+        assert longest <= 2 * INTERVAL + SLACK, f"a cluster waited {longest:.1f} s for a round"
+
+        # SIGKILL one: its clusters held again by the survivors only, within twice the lease
+        dead, survivors = members[0], members[1:]
+        orphaned = shares[dead.name]
+        dead.proc.send_signal(signal.SIGKILL)
+        dead.proc.wait()
+        killed = time.monotonic()
+        took = wait_for(lambda: settled(survivors), timeout=60)
+        assert took <= 2 * LEASE, f"the dead instance's clusters were held again after {took:.1f} s"
+        in_etcd = holders(etcd)
+        assert {in_etcd[c] for c in orphaned} <= {m.name for m in survivors}
+        assert time.monotonic() - killed < 60
+
+        # SIGSTOP etcd: no instance can prove it holds a cluster, so none claims one
+        etcd.pause()
+        try:
+            paused = time.monotonic()
+            wait_for(lambda: all(not m.held() for m in survivors), timeout=RENEW_DEADLINE + 10)
+            dropped = time.monotonic() - paused
+            assert dropped <= RENEW_DEADLINE + 3.0, f"still claimed {dropped:.1f} s after"
+            time.sleep(LEASE)  # the leases expire in etcd's time meanwhile, paused or not
+            assert all(not m.held() for m in survivors)
+        finally:
+            etcd.resume()
+        wait_for(lambda: settled(survivors), timeout=60)
+        for m in survivors:
+            m.proc.send_signal(signal.SIGTERM)
+        for m in survivors:
+            assert m.proc.wait(30) == 0
+        assert holders(etcd) == {}  # released on the way out
+    finally:
+        for m in members:
+            m.close()
