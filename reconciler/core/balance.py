@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.beam import Path, beam_search, small_enough
-from reconciler.core.capacity import SATURATED, spread
+from reconciler.core.capacity import SATURATED, VmInfo, spread
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
 from reconciler.core.steps import Step
@@ -201,6 +201,18 @@ class _Board:
         self.scores = {h: state.score(h) for h in hosts}
         self.order = sorted((self.scores[h], self.names[h], h) for h in hosts)
         self.total = sum(self.scores.values())
+        self._listed: dict[int, list[tuple[int, VmInfo, float]]] = {}
+
+    def listed(self, s: int) -> list[tuple[int, VmInfo, float]]:
+        """The VMs on ``s`` in index order, each with ``s``'s score without it; kept until a
+        move changes ``s`` (a host stays among the hottest for many searches in a row)."""
+        found = self._listed.get(s)
+        if found is None:
+            state = self.state
+            vms = state.model.vms
+            found = [(v, vms[v], state.score_with(s, v, -1)) for v in sorted(state.vms_on[s])]
+            self._listed[s] = found
+        return found
 
     def spread(self) -> float:
         return self.order[-1][0] - self.order[0][0]
@@ -209,6 +221,8 @@ class _Board:
         """Move ``v`` to ``t`` in the state and re-sort its two hosts."""
         s = self.state.host_of[v]
         self.state.move(v, t)
+        self._listed.pop(s, None)
+        self._listed.pop(t, None)
         order, scores = self.order, self.scores
         for h in (s, t):
             del order[bisect_left(order, (scores[h], self.names[h], h))]
@@ -229,6 +243,7 @@ class _Board:
         mean = self.total / len(self.order)
         return _Search(
             self.state,
+            self.listed,
             self.order,
             self.scores,
             mean,
@@ -306,6 +321,7 @@ class _Search:
     def __init__(
         self,
         state: State,
+        listed: Callable[[int], list[tuple[int, VmInfo, float]]],
         order: list[tuple[float, str, int]],
         scores: dict[int, float],
         mean: float,
@@ -320,6 +336,7 @@ class _Search:
         self.ceiling = spread if ceiling is None else ceiling
         """A move must leave the spread no higher than this."""
         self.state = state
+        self.listed = listed
         self.order = order
         self.scores = scores
         self.spread = spread
@@ -342,7 +359,7 @@ class _Search:
         model = state.model
         w = model.weights
         w_cpu, w_mem = w.cpu * 100.0, w.memory * 100.0
-        hosts, vms, vms_on = model.hosts, model.vms, state.vms_on
+        hosts, listed = model.hosts, self.listed
         cpu_load, mem_load = state.cpu_load, state.mem_load
         moved, eligible = self.moved, self.eligible
         sources = order[-1 : -n_src - 1 : -1]
@@ -388,11 +405,9 @@ class _Search:
                 rest.append((target, hi_other, lo_other))
             floor = s_score - need
             s_dev = (s_score - mean) ** 2
-            for v in sorted(vms_on[s]):
+            for v, vm, s_after in listed(s):
                 if v in moved or not eligible(v):
                     continue
-                vm = vms[v]
-                s_after = state.score_with(s, v, -1)
                 s_after_dev = (s_after - mean) ** 2
                 v_cpu, v_mem = vm.cpu_load, vm.mem_load
                 for target, hi_other, lo_other in rest:
