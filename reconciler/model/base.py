@@ -99,7 +99,11 @@ class Frozen(BaseModel):
     # camelCase in every public format (YAML, JSON, schemas): the alias of every field is its
     # camelCase name unless the field sets one; Python code uses the snake_case names.
     model_config = ConfigDict(
-        frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        defer_build=True,
     )
 
 
