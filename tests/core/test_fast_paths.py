@@ -14,9 +14,9 @@ from operator import attrgetter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.balance import EPSILON, _Board, _Search
+from reconciler.core.balance import _Board, _Search
 from reconciler.core.capacity import SATURATED
-from reconciler.core.feasibility import check_move, preferred_delta
+from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.selectors import Index, matches
 from reconciler.core.state import Model, _in_order, build
 from reconciler.core.steps import Step
