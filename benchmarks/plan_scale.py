@@ -129,7 +129,7 @@ def main() -> int:
 
     print(revision())
     head = (
-        f"{'hosts':>6} {'VMs':>7} {'median s':>9} {'best s':>8} {'peak MiB':>9} "
+        f"{'hosts':>6} {'VMs':>7} {'median s':>9} {'best s':>8} {'CPU s':>6} {'peak MiB':>9} "
         f"{'rss MiB':>8} {'input MiB':>9} {'moves':>6} {'deferred':>8} {'spread':>13}"
     )
     print(head)
@@ -157,7 +157,7 @@ def main() -> int:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(r)
         print(
-            f"{r['hosts']:>6} {r['vms']:>7} {r['median']:>9.3f} {r['best']:>8.3f} "
+            f"{r['hosts']:>6} {r['vms']:>7} {r['median']:>9.3f} {r['best']:>8.3f} {r['cpu']:>6.2f} "
             f"{r['peak_mib']:>9.1f} {r['rss_mib']:>8.1f} {r['input_mib']:>9.1f} "
             f"{r['moves']:>6} {r['deferred']:>8} "
             f"{r['spread_before']:>5.1f} -> {r['spread_after']:>4.1f}"
