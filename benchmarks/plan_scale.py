@@ -7,7 +7,9 @@ process the generated input (plan_generate.py, basis ``used``, holdRounds satisf
 the memory it allocates. ``rss`` is the process's ``ru_maxrss`` after the timed runs (input
 included, tracemalloc not yet started); ``input`` is the same figure before the first run.
 
-Target: 1,000 hosts x 25,000 VMs in under 2 s and under 1 GiB (tracemalloc peak of plan()).
+Targets: 1,000 hosts x 25,000 VMs in under 2 s, 5,000 x 125,000 under 3 s (``--sizes 5000``),
+both under 1 GiB (tracemalloc peak of plan()). ``cpu`` is the median CPU seconds of the same
+runs: on a shared machine the wall time waits for the other processes too.
 
 Run: ``.venv/bin/python benchmarks/plan_scale.py`` (``--sizes 10,100``, ``--profile 1000`` for
 the functions plan() spends its time in).
@@ -37,8 +39,8 @@ from plan_model import revision
 from reconciler.model.plan import Plan
 
 SIZES = (10, 30, 100, 300, 1000)
-TARGET_HOSTS = 1000
-TARGET_SECONDS = 2.0
+TARGET_SECONDS = {1000: 2.0, 5000: 3.0}
+"""Hosts -> the most seconds (median wall of plan()) a plan of that size may take."""
 TARGET_MIB = 1024.0
 MIB = 1024**2
 
@@ -64,11 +66,13 @@ def measure_one(hosts: int, vms_per_host: float, seed: int, repeat: int) -> dict
     gc.collect()
     rss_input = _rss_mib()
     times = []
+    cpus = []
     result: Plan | None = None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = plan(*args, now=case.now)
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
         gc.collect()
     rss = _rss_mib()
     del result
@@ -82,6 +86,7 @@ def measure_one(hosts: int, vms_per_host: float, seed: int, repeat: int) -> dict
         "hosts": hosts,
         "vms": len(case.snapshot.vms),
         "median": statistics.median(times),
+        "cpu": statistics.median(cpus),
         "best": min(times),
         "peak_mib": peak / MIB,
         "rss_mib": rss,
@@ -124,7 +129,7 @@ def main() -> int:
 
     print(revision())
     head = (
-        f"{'hosts':>6} {'VMs':>7} {'median s':>9} {'best s':>8} {'peak MiB':>9} "
+        f"{'hosts':>6} {'VMs':>7} {'median s':>9} {'best s':>8} {'CPU s':>6} {'peak MiB':>9} "
         f"{'rss MiB':>8} {'input MiB':>9} {'moves':>6} {'deferred':>8} {'spread':>13}"
     )
     print(head)
@@ -152,7 +157,7 @@ def main() -> int:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(r)
         print(
-            f"{r['hosts']:>6} {r['vms']:>7} {r['median']:>9.3f} {r['best']:>8.3f} "
+            f"{r['hosts']:>6} {r['vms']:>7} {r['median']:>9.3f} {r['best']:>8.3f} {r['cpu']:>6.2f} "
             f"{r['peak_mib']:>9.1f} {r['rss_mib']:>8.1f} {r['input_mib']:>9.1f} "
             f"{r['moves']:>6} {r['deferred']:>8} "
             f"{r['spread_before']:>5.1f} -> {r['spread_after']:>4.1f}"
@@ -161,22 +166,24 @@ def main() -> int:
         "median/best s: wall time of plan() alone; peak MiB: tracemalloc peak during plan(); "
         "rss MiB: process ru_maxrss (input included); input MiB: ru_maxrss before plan()"
     )
-    target = [r for r in rows if r["hosts"] == TARGET_HOSTS]
-    if not target:
-        print(f"target not judged: no {TARGET_HOSTS}-host run")
+    judged = [r for r in rows if r["hosts"] in TARGET_SECONDS]
+    if not judged:
+        print(f"target not judged: no run of {', '.join(map(str, TARGET_SECONDS))} hosts")
         return 1 if failed else 0
-    r = target[0]
-    t_ok = r["median"] < TARGET_SECONDS
-    m_ok = r["peak_mib"] < TARGET_MIB
-    print(
-        f"T-speed {r['hosts']} hosts x {r['vms']} VMs under {TARGET_SECONDS:.0f} s: "
-        f"{r['median']:.3f} s -> {'PASS' if t_ok else 'FAIL'}"
-    )
-    print(
-        f"T-memory under {TARGET_MIB:.0f} MiB: tracemalloc peak {r['peak_mib']:.1f} MiB "
-        f"(process rss {r['rss_mib']:.1f} MiB) -> {'PASS' if m_ok else 'FAIL'}"
-    )
-    ok = t_ok and m_ok and not failed
+    ok = not failed
+    for r in judged:
+        limit = TARGET_SECONDS[r["hosts"]]
+        t_ok = r["median"] < limit
+        m_ok = r["peak_mib"] < TARGET_MIB
+        print(
+            f"T-speed {r['hosts']} hosts x {r['vms']} VMs under {limit:.0f} s: "
+            f"{r['median']:.3f} s (CPU {r['cpu']:.3f} s) -> {'PASS' if t_ok else 'FAIL'}"
+        )
+        print(
+            f"T-memory under {TARGET_MIB:.0f} MiB: tracemalloc peak {r['peak_mib']:.1f} MiB "
+            f"(process rss {r['rss_mib']:.1f} MiB) -> {'PASS' if m_ok else 'FAIL'}"
+        )
+        ok = ok and t_ok and m_ok
     print(f"RESULT: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -20,6 +20,7 @@ from reconciler.model.snapshot import ReconcilerState, Snapshot
 
 MAX_DOUBLINGS = 16
 """The backoff grows to at most ``cooldown x 2**16`` (a 6h cooldown: 45 years)."""
+_BALANCE = Reason.BALANCE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class Window:
 
 def window(record: ReconcilerState, cooldown: timedelta) -> Window | None:
     """The backoff of a VM whose last move was for balance; None for any other."""
-    if record.last_reason != Reason.BALANCE.value or record.last_moved_at is None:
+    if record.last_reason != _BALANCE or record.last_moved_at is None:
         return None
     n = min(record.backoff, MAX_DOUBLINGS)
     hold = cooldown * (2**n)
@@ -81,7 +82,10 @@ def held(snapshot: Snapshot, cooldown: timedelta, now: datetime) -> list[Backoff
     they left), by name."""
     out: dict[str, Backoff] = {}
     for vm in snapshot.vms:
-        w = window(vm.reconciler, cooldown)
+        record = vm.reconciler
+        if record.last_reason != _BALANCE:  # most VMs: decided without making a window
+            continue
+        w = window(record, cooldown)
         if w is None or now >= w.back_until or vm.name in out:
             continue
         out[vm.name] = Backoff(

@@ -39,12 +39,13 @@ planning again on the predicted end state (moved VMs in cooldown) finds nothing 
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.beam import Path, beam_search, small_enough
-from reconciler.core.capacity import SATURATED, spread
+from reconciler.core.capacity import SATURATED, VmInfo, spread
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
 from reconciler.core.steps import Step
@@ -200,6 +201,18 @@ class _Board:
         self.scores = {h: state.score(h) for h in hosts}
         self.order = sorted((self.scores[h], self.names[h], h) for h in hosts)
         self.total = sum(self.scores.values())
+        self._listed: dict[int, list[tuple[int, VmInfo, float]]] = {}
+
+    def listed(self, s: int) -> list[tuple[int, VmInfo, float]]:
+        """The VMs on ``s`` in index order, each with ``s``'s score without it; kept until a
+        move changes ``s`` (a host stays among the hottest for many searches in a row)."""
+        found = self._listed.get(s)
+        if found is None:
+            state = self.state
+            vms = state.model.vms
+            found = [(v, vms[v], state.score_with(s, v, -1)) for v in sorted(state.vms_on[s])]
+            self._listed[s] = found
+        return found
 
     def spread(self) -> float:
         return self.order[-1][0] - self.order[0][0]
@@ -208,6 +221,8 @@ class _Board:
         """Move ``v`` to ``t`` in the state and re-sort its two hosts."""
         s = self.state.host_of[v]
         self.state.move(v, t)
+        self._listed.pop(s, None)
+        self._listed.pop(t, None)
         order, scores = self.order, self.scores
         for h in (s, t):
             del order[bisect_left(order, (scores[h], self.names[h], h))]
@@ -228,6 +243,7 @@ class _Board:
         mean = self.total / len(self.order)
         return _Search(
             self.state,
+            self.listed,
             self.order,
             self.scores,
             mean,
@@ -305,6 +321,7 @@ class _Search:
     def __init__(
         self,
         state: State,
+        listed: Callable[[int], list[tuple[int, VmInfo, float]]],
         order: list[tuple[float, str, int]],
         scores: dict[int, float],
         mean: float,
@@ -319,6 +336,7 @@ class _Search:
         self.ceiling = spread if ceiling is None else ceiling
         """A move must leave the spread no higher than this."""
         self.state = state
+        self.listed = listed
         self.order = order
         self.scores = scores
         self.spread = spread
@@ -331,17 +349,46 @@ class _Search:
         self, n_src: int, n_tgt: int, first_source: bool = False
     ) -> tuple[int, int, float] | None:
         """The best move from the ``n_src`` most to the ``n_tgt`` least loaded hosts; with
-        ``first_source``, from the most loaded source that has a qualifying move."""
+        ``first_source``, from the most loaded source that has a qualifying move.
+
+        The innermost loop runs for every VM of a source and every target, thousands of times
+        a plan on a large cluster: what does not depend on both is worked out before it, in
+        the very same arithmetic (a float computed otherwise could tip a tie between moves).
+        """
         state, order = self.state, self.order
         model = state.model
         w = model.weights
-        hosts = model.hosts
-        sources = order[::-1][:n_src]
-        targets = order[:n_tgt]
-        top = [e[2] for e in order[::-1][:3]]
+        w_cpu, w_mem = w.cpu * 100.0, w.memory * 100.0
+        hosts, listed = model.hosts, self.listed
+        cpu_load, mem_load = state.cpu_load, state.mem_load
+        moved, eligible = self.moved, self.eligible
+        sources = order[-1 : -n_src - 1 : -1]
+        top = [e[2] for e in order[-1:-4:-1]]
         bottom = [e[2] for e in order[:3]]
         mean = self.mean
         scores = self.scores
+        spread, need = self.spread, self.need
+        short = need - EPSILON
+        ceiling = self.ceiling + EPSILON
+        within = self.threshold + EPSILON
+        # per target: what its score after a move needs besides the VM's own load
+        targets = []
+        for t_score, t_name, t in order[:n_tgt]:
+            host = hosts[t]
+            loaded = host.cpu_den > 0 and host.usable_memory > 0
+            targets.append(
+                (
+                    t_score,
+                    t_name,
+                    t,
+                    loaded,
+                    cpu_load[t],
+                    host.cpu_den,
+                    mem_load[t],
+                    host.usable_memory,
+                    (t_score - mean) ** 2,
+                )
+            )
         best_key: RankKey | None = None
         best: tuple[int, int, float] | None = None
         for s_score, _, s in sources:
@@ -349,53 +396,48 @@ class _Search:
                 break
             hi_rest = [x for x in top if x != s]
             lo_rest = [x for x in bottom if x != s]
-            for v in sorted(state.vms_on[s]):
-                if v in self.moved or not self.eligible(v):
+            # the highest and lowest score among the other hosts, per target
+            rest = []
+            for target in targets:
+                t = target[2]
+                hi_other = next((scores[x] for x in hi_rest if x != t), -math.inf)
+                lo_other = next((scores[x] for x in lo_rest if x != t), math.inf)
+                rest.append((target, hi_other, lo_other))
+            floor = s_score - need
+            s_dev = (s_score - mean) ** 2
+            for v, vm, s_after in listed(s):
+                if v in moved or not eligible(v):
                     continue
-                vm = model.vms[v]
-                s_after = state.score_with(s, v, -1)
-                for t_score, t_name, t in targets:
-                    if t_score >= s_score - self.need:
+                s_after_dev = (s_after - mean) ** 2
+                v_cpu, v_mem = vm.cpu_load, vm.mem_load
+                for target, hi_other, lo_other in rest:
+                    t_score, t_name, t, loaded, t_cpu, den, t_mem, usable, t_dev = target
+                    if t_score >= floor:
                         break
-                    host = hosts[t]
-                    if host.cpu_den > 0 and host.usable_memory > 0:
-                        t_after = (
-                            w.cpu * 100.0 * (state.cpu_load[t] + vm.cpu_load) / host.cpu_den
-                            + w.memory
-                            * 100.0
-                            * (state.mem_load[t] + vm.mem_load)
-                            / host.usable_memory
-                        )
+                    if loaded:
+                        t_after = w_cpu * (t_cpu + v_cpu) / den + w_mem * (t_mem + v_mem) / usable
                     else:
                         t_after = SATURATED
-                    if (s_score - t_score) - abs(s_after - t_after) < self.need - EPSILON:
+                    if (s_score - t_score) - abs(s_after - t_after) < short:
                         continue
-                    hi = max(s_after, t_after)
-                    lo = min(s_after, t_after)
-                    for x in hi_rest:
-                        if x != t:
-                            hi = max(hi, scores[x])
-                            break
-                    for x in lo_rest:
-                        if x != t:
-                            lo = min(lo, scores[x])
-                            break
+                    hi = max(s_after, t_after, hi_other)
+                    lo = min(s_after, t_after, lo_other)
                     new_spread = hi - lo
-                    gain = self.spread - new_spread
+                    gain = spread - new_spread
                     if gain < -EPSILON:
                         continue
-                    dev = (
-                        (s_score - mean) ** 2
-                        + (t_score - mean) ** 2
-                        - (s_after - mean) ** 2
-                        - (t_after - mean) ** 2
-                    )
+                    dev = s_dev + t_dev - s_after_dev - (t_after - mean) ** 2
                     if dev <= EPSILON:
                         continue
-                    if new_spread > self.ceiling + EPSILON:
+                    if new_spread > ceiling:
                         continue
-                    reaches = new_spread <= self.threshold + EPSILON
-                    key = self._key(reaches, gain, dev, 1.0, vm.copy_bytes, vm.name, t_name)
+                    reaches = new_spread <= within
+                    # ``_key`` at cost 1 (dividing by 1.0 changes no float)
+                    key: RankKey = (
+                        (0, 1.0, 0.0, vm.copy_bytes, vm.name, t_name)
+                        if reaches
+                        else (1, -round(gain / GAIN_STEP), -dev, vm.copy_bytes, vm.name, t_name)
+                    )
                     if best_key is not None and key >= best_key:
                         continue
                     if check_move(state, v, t) is not None:

@@ -307,11 +307,22 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
     rest of its memory gone), each with what a person must do. The reconciler neither resumes
     such a VM on its source nor moves it; its migrator resumes a post-copy libvirt reports
     failed on both hosts once, while the move runs."""
+    # Only a VM with a sighting failed by a post-copy or shut off as migrated can be one:
+    # the others (all of them, most rounds) are not grouped by name at all.
+    named = {
+        vm.name
+        for vm in snapshot.vms
+        if vm.state_reason == "post-copy failed"
+        or (vm.state_reason == "migrated" and vm.reconciler.intent is not None)
+    }
+    if not named:
+        return []
     uris: dict[str, str] = {h.name: h.uri for h in snapshot.hosts}
     reachable: set[str] = {h.name for h in snapshot.hosts if h.reachable}
     by_name: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
-        by_name.setdefault(vm.name, []).append(vm)
+        if vm.name in named:
+            by_name.setdefault(vm.name, []).append(vm)
     out: list[Unsatisfiable] = []
     for name, seen in sorted(by_name.items()):
         failed = [v for v in seen if v.state_reason == "post-copy failed"]

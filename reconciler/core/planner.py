@@ -26,10 +26,11 @@ from reconciler.core.feasibility import EPSILON
 from reconciler.core.identity import plan_id
 from reconciler.core.joint import ArchGoal, improve
 from reconciler.core.load_view import NOTHING_UNKNOWN, Unknown
-from reconciler.core.mandatory import Mandatory, fixed_reason, plan_mandatory
+from reconciler.core.mandatory import Mandatory, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
-from reconciler.core.vm_facts import balance_hold
+from reconciler.core.units import is_fixed
+from reconciler.core.vm_facts import balance_holds
 from reconciler.core.waves import assign_waves
 from reconciler.model.base import HostName, VmName
 from reconciler.model.cluster import Host
@@ -339,22 +340,22 @@ def _balance_movable(
         other = seen.get(vm.name)
         if other is None or vm.host < other.host:
             seen[vm.name] = vm
+    pinned, unknown_vms, observed = model.rules.pinned, unknown.vms, model.observed
+    hold = balance_holds(spec, history, snapshot.taken_at, now)
     out: list[bool] = []
     for info in model.vms:
         v = info.index
         obs = seen.get(info.name)
-        ok = (
+        out.append(
             not info.shadow
             and obs is not None
             and v not in moved
-            and v not in model.rules.pinned
-            and fixed_reason(state, v) is None
-            and info.name not in unknown.vms
-            and model.observed[v] not in blocked
+            and v not in pinned
+            and not is_fixed(state, v)
+            and info.name not in unknown_vms
+            and observed[v] not in blocked
+            and hold(obs) is None
         )
-        if ok and obs is not None:
-            ok = balance_hold(obs, spec, history, snapshot.taken_at, now) is None
-        out.append(ok)
     return out
 
 

@@ -188,7 +188,8 @@ def compile_rules(
 ) -> CompiledRules:
     """Index sets of every rule over ``hosts`` and ``vms`` (shadow sightings are no members)."""
     ordered = sorted(rules, key=lambda r: (r.name, r.type))
-    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow])
+    vm_keys = {k for r in rules if r.vms.labels for k in r.vms.labels}
+    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow], vm_keys)
     host_items = Index([(h.index, h.name, h.labels) for h in hosts])
     cache: dict[object, object] = {}
     host_rules: list[list[HostRule]] = [[] for _ in vms]
@@ -225,13 +226,13 @@ def compile_rules(
                 vm_groups[m].append(groups[-1].index)
     _refusals(vms, hosts, host_rules)
     return CompiledRules(
-        host_rules=tuple(tuple(r) for r in host_rules),
+        host_rules=tuple(map(tuple, host_rules)),
         groups=tuple(groups),
-        vm_groups=tuple(tuple(g) for g in vm_groups),
+        vm_groups=tuple(map(tuple, vm_groups)),
         excluded=excluded,
         pinned=pinned,
         budgets=tuple(budgets),
-        vm_budgets=tuple(tuple(b) for b in vm_budgets),
+        vm_budgets=tuple(map(tuple, vm_budgets)),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from functools import cached_property
 
@@ -30,30 +30,55 @@ class Index:
     names that share its literal prefix. The result equals filtering with :func:`matches`.
     """
 
-    def __init__(self, items: Sequence[tuple[int, str, Mapping[str, str]]]) -> None:
+    def __init__(
+        self,
+        items: Sequence[tuple[int, str, Mapping[str, str]]],
+        label_keys: Iterable[str] = (),
+    ) -> None:
         # Each table is built on its first use: a rule set that selects VMs by label alone
         # never pays for sorting 27,000 names, and one by name never for the label sets.
+        # Labels are indexed only for the keys selectors ask about (``label_keys``, those the
+        # caller knows of, at once; any other when first asked): a label no rule selects on
+        # (say ``app`` on every VM) is never gone through.
         self._items = items
         self._globs: dict[str, frozenset[int]] = {}
+        self._label_keys = frozenset(label_keys)
+        self._by_label: dict[tuple[str, str], set[int]] = {}
+        self._indexed: set[str] = set()
 
     @cached_property
-    def _by_name(self) -> dict[str, list[int]]:
-        by_name: dict[str, list[int]] = {}
-        for i, name, _ in self._items:
-            by_name.setdefault(name, []).append(i)
+    def _by_name(self) -> dict[str, int | list[int]]:
+        """Name -> its item, or its items when the name is not unique (rarely)."""
+        by_name: dict[str, int | list[int]] = {name: i for i, name, _ in self._items}
+        if len(by_name) < len(self._items):  # gather the items of a repeated name in order
+            seen: dict[str, list[int]] = {}
+            for i, name, _ in self._items:
+                seen.setdefault(name, []).append(i)
+            by_name.update((name, found) for name, found in seen.items() if len(found) > 1)
         return by_name
 
-    @cached_property
-    def _by_label(self) -> dict[tuple[str, str], set[int]]:
-        by_label: dict[tuple[str, str], set[int]] = {}
-        for i, _, labels in self._items:
-            for kv in labels.items():
-                having = by_label.get(kv)
-                if having is None:
-                    by_label[kv] = {i}
-                else:
-                    having.add(i)
-        return by_label
+    def _named(self, name: str) -> Sequence[int]:
+        found = self._by_name.get(name)
+        if found is None:
+            return ()
+        return (found,) if isinstance(found, int) else found
+
+    def _having(self, key: str, value: str) -> set[int]:
+        """The items whose label ``key`` is ``value``."""
+        if key not in self._indexed:
+            keys = (self._label_keys | {key}) - self._indexed
+            by_label = self._by_label
+            for i, _, labels in self._items:
+                for k in keys:
+                    v = labels.get(k)
+                    if v is not None:
+                        having = by_label.get((k, v))
+                        if having is None:
+                            by_label[k, v] = {i}
+                        else:
+                            having.add(i)
+            self._indexed |= keys
+        return self._by_label.get((key, value), set())
 
     @cached_property
     def _names(self) -> list[str]:
@@ -75,7 +100,7 @@ class Index:
             if not name.startswith(prefix):
                 break
             if fnmatchcase(name, pattern):
-                found.update(self._by_name[name])
+                found.update(self._named(name))
         result = frozenset(found)
         self._globs[pattern] = result
         return result
@@ -86,12 +111,12 @@ class Index:
             named: set[int] = set()
             for p in selector.names:
                 if _GLOB_CHARS.isdisjoint(p):
-                    named.update(self._by_name.get(p, ()))
+                    named.update(self._named(p))
                 else:
                     named |= self._glob(p)
             result = named
         if selector.labels is not None:
-            for kv in sorted(selector.labels.items()):
-                having = self._by_label.get(kv, set())
+            for k, v in sorted(selector.labels.items()):
+                having = self._having(k, v)
                 result = having if result is None else result & having
         return frozenset(self._all if result is None else result)

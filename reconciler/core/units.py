@@ -55,6 +55,13 @@ def fixed_reason(state: State, v: int) -> tuple[Code, str] | None:
     return None
 
 
+def is_fixed(state: State, v: int) -> bool:
+    """``fixed_reason(state, v) is not None``, without making its message."""
+    model = state.model
+    vm = model.vms[v]
+    return vm.in_flight or v in model.rules.excluded or not vm.migratable
+
+
 def candidate_hosts(state: State, v: int) -> list[int]:
     """Hosts that may take ``v`` by architecture, state and required allow-rules."""
     model = state.model

@@ -7,6 +7,7 @@ since when the cluster is observed; libvirt has no start time for a domain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from reconciler.core import backoff
@@ -47,26 +48,40 @@ def balance_hold(
     host; the longer hold on going back to the host it left is the planner's to check, on
     the move it would make.
     """
-    record = vm.reconciler
-    if (
-        record.last_moved_at is None
-        and record.last_failure is None
-        and vm.uptime is not None
-        and vm.uptime >= spec.min_uptime.total_seconds()
-    ):
-        return None  # the common case, decided without date arithmetic
-    if record.last_moved_at is not None and now - record.last_moved_at < spec.cooldown:
-        return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
-    window = backoff.window(record, spec.cooldown)
-    if window is not None and now < window.until:
-        return (
-            f"moved for balance at {window.moved_at.isoformat()}, within its backoff (until "
-            f"{window.until.isoformat()})"
-        )
-    failure = record.last_failure
-    if failure is not None and now - failure.at < spec.cooldown:
-        return f"a move failed at {failure.at.isoformat()}, within the cooldown"
-    age = age_of(vm, history, taken_at, now)
-    if age is not None and age < spec.min_uptime:
-        return f"running for {int(age.total_seconds())}s, less than minUptime"
-    return None
+    return balance_holds(spec, history, taken_at, now)(vm)
+
+
+def balance_holds(
+    spec: BalancePolicySpec, history: History, taken_at: datetime, now: datetime
+) -> Callable[[VmState], str | None]:
+    """:func:`balance_hold` of one VM after another under the same policy and times (every VM
+    of a plan): what does not depend on the VM is worked out once."""
+    min_uptime = spec.min_uptime.total_seconds()
+    cooldown = spec.cooldown
+
+    def hold(vm: VmState) -> str | None:
+        record = vm.reconciler
+        if (
+            record.last_moved_at is None
+            and record.last_failure is None
+            and vm.uptime is not None
+            and vm.uptime >= min_uptime
+        ):
+            return None  # the common case, decided without date arithmetic
+        if record.last_moved_at is not None and now - record.last_moved_at < cooldown:
+            return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
+        window = backoff.window(record, cooldown)
+        if window is not None and now < window.until:
+            return (
+                f"moved for balance at {window.moved_at.isoformat()}, within its backoff "
+                f"(until {window.until.isoformat()})"
+            )
+        failure = record.last_failure
+        if failure is not None and now - failure.at < cooldown:
+            return f"a move failed at {failure.at.isoformat()}, within the cooldown"
+        age = age_of(vm, history, taken_at, now)
+        if age is not None and age < spec.min_uptime:
+            return f"running for {int(age.total_seconds())}s, less than minUptime"
+        return None
+
+    return hold

@@ -31,6 +31,21 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
     budget: Counter[tuple[int, int]] = Counter()
     last_leaving: dict[int, int] = {}
     last_in_group: dict[int, int] = {}
+    skip: dict[int, int] = {}
+    """A full wave -> a later wave to look at instead: a full wave takes no unit, and waiting
+    past the full ones one by one made the assignment quadratic in the waves (a balance plan
+    of thousands of moves at a parallel of a few)."""
+
+    def open_from(w: int) -> int:
+        """The first wave from ``w`` on that is not full."""
+        passed = []
+        while w in skip:
+            passed.append(w)
+            w = skip[w]
+        for p in passed:
+            skip[p] = w
+        return w
+
     waves: list[int] = []
     i = 0
     while i < len(steps):
@@ -46,7 +61,7 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
         n_out = Counter(s.source for s in unit)
         n_in = Counter(s.target for s in unit)
         n_budget = Counter(b for s in unit for b in rules.vm_budgets[s.vm])
-        w = earliest
+        w = open_from(earliest)
         # A unit bigger than a wave allows (never planned) would still end: counts start at 0.
         while (cluster[w] and cluster[w] + len(unit) > parallel) or (
             cluster[w]
@@ -58,8 +73,10 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
                 )
             )
         ):
-            w += 1
+            w = open_from(w + 1)
         cluster[w] += len(unit)
+        if cluster[w] >= parallel:
+            skip[w] = w + 1
         for h, n in n_out.items():
             outbound[w, h] += n
         for h, n in n_in.items():

@@ -98,8 +98,14 @@ class Frozen(BaseModel):
 
     # camelCase in every public format (YAML, JSON, schemas): the alias of every field is its
     # camelCase name unless the field sets one; Python code uses the snake_case names.
+    # A model builds its validator the first time it is used, so a command pays only for
+    # the models it reads, not for every model its imports define.
     model_config = ConfigDict(
-        frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        defer_build=True,
     )
 
 

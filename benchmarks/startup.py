@@ -1,0 +1,166 @@
+"""How soon ``reconciler plan`` on the example folder starts its work, against the interpreter.
+
+Each round starts, in turn, fresh processes of:
+
+* ``python``: the interpreter alone (its first statement), the floor of any command;
+* ``pydantic``: the interpreter importing pydantic, the library every command reads its
+  documents with;
+* ``plan``: ``reconciler plan cluster-state --snapshot S`` as its entry point runs it.
+
+"Starts its work" is the first time the process opens one of its inputs (a file of the folder
+or the snapshot), seen by an audit hook (``sys.addaudithook``, no change to the command); the
+clock starts just before the process is spawned. ``end`` is when the process has exited.
+Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` unset for the children, after a warm-up run), as
+an installed package runs. Medians over the rounds; the ratio is the plan's start against the
+interpreter's in the same round.
+
+Run: ``.venv/bin/python benchmarks/startup.py --rounds 9``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reconciler.model.base import HostName, VmName, VmUuid
+from reconciler.model.snapshot import HostState, Snapshot, VmRunState, VmState
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "cluster-state"
+GIB = 1 << 30
+
+HOOKED = """\
+import sys, time
+INPUTS = tuple(sys.argv[1].split(","))
+def _hook(event, args, _seen=[]):
+    if event == "open" and not _seen and str(args[0]).startswith(INPUTS):
+        _seen.append(1)
+        sys.stderr.write(f"STARTED {time.time()!r}\\n")
+sys.addaudithook(_hook)
+"""
+
+PLAN = (
+    HOOKED
+    + """\
+from reconciler.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+)
+FLOOR = HOOKED + 'sys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
+PYDANTIC = HOOKED + 'import pydantic\nsys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
+
+
+def example_snapshot(where: Path) -> Path:
+    """A snapshot of the example folder's three hosts and four VMs."""
+    hosts = [
+        HostState(
+            name=HostName(f"kvm-0{i}"),
+            uri=f"qemu+ssh://root@kvm-0{i}.example.net/system",
+            reachable=True,
+            arch="x86_64",
+            cpus=32,
+            memory_total=128 * GIB,
+            memory_free=64 * GIB,
+        )
+        for i in (1, 2, 3)
+    ]
+    placed = {"web-1": "kvm-01", "web-2": "kvm-02", "web-3": "kvm-03", "db-1": "kvm-02"}
+    vms = [
+        VmState(
+            name=VmName(name),
+            uuid=VmUuid(f"00000000-0000-4000-8000-{n:012d}"),
+            host=HostName(host),
+            state=VmRunState.RUNNING,
+            vcpus=4,
+            memory_max=8 * GIB,
+            memory_current=8 * GIB,
+            uptime=86400.0,
+        )
+        for n, (name, host) in enumerate(placed.items())
+    ]
+    snapshot = Snapshot(
+        cluster="lab", taken_at=datetime(2026, 1, 1, tzinfo=UTC), hosts=hosts, vms=vms
+    )
+    path = where / "snapshot.json"
+    path.write_text(snapshot.model_dump_json(by_alias=True))
+    return path
+
+
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(code: str, inputs: str, argv: list[str]) -> tuple[float, float, float]:
+    """(seconds to the first open of an input, seconds to the exit, CPU seconds) of one fresh
+    process."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    cpu = _cpu()
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", code, inputs, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    end = time.time() - t0
+    cpu = _cpu() - cpu
+    if done.returncode not in (0, 2):
+        raise SystemExit(f"exit {done.returncode}: {done.stderr}")
+    started = [ln for ln in done.stderr.splitlines() if ln.startswith("STARTED ")]
+    if not started:
+        raise SystemExit(f"the process never opened an input: {done.stderr}")
+    return float(started[0].split()[1]) - t0, end, cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--target", type=float, default=0.15, help="seconds to the plan's start")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        snapshot = example_snapshot(Path(tmp))
+        inputs = f"{EXAMPLE},{snapshot}"
+        argv = ["plan", str(EXAMPLE), "--snapshot", str(snapshot)]
+        argv += ["--state-dir", str(Path(tmp) / "state")]
+        timed(PLAN, inputs, argv)  # warm-up: bytecode written, files in the page cache
+        rows: dict[str, list[tuple[float, float, float]]] = {
+            "python": [],
+            "pydantic": [],
+            "plan": [],
+        }
+        for _ in range(args.rounds):
+            rows["python"].append(timed(FLOOR, inputs, []))
+            rows["pydantic"].append(timed(PYDANTIC, inputs, []))
+            rows["plan"].append(timed(PLAN, inputs, argv))
+    print(f"load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, medians")
+    print(f"{'process':<10} {'start s':>8} {'end s':>7} {'CPU s':>6} {'start / python':>15}")
+    floor = statistics.median(s for s, _, _ in rows["python"])
+    for name, got in rows.items():
+        start = statistics.median(s for s, _, _ in got)
+        end = statistics.median(e for _, e, _ in got)
+        cpu = statistics.median(c for _, _, c in got)
+        print(f"{name:<10} {start:8.3f} {end:7.3f} {cpu:6.3f} {start / floor:15.2f}")
+    per_round = [p[0] - f[0] for p, f in zip(rows["plan"], rows["python"], strict=True)]
+    over = statistics.median(per_round)
+    print(f"plan's start after the interpreter's, per round (median): {over:.3f} s")
+    start = statistics.median(s for s, _, _ in rows["plan"])
+    verdict = "PASS" if start <= args.target else "FAIL"
+    print(f"target: plan starts its work within {args.target} s of process start: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

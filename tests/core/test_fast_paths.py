@@ -1,0 +1,246 @@
+"""The planner's fast paths choose what their straightforward forms choose.
+
+Each shortcut a large cluster needs (label sets built for the keys rules ask about, waves that
+skip the full ones, VMs sorted by name alone, the greedy search's per-host listings and
+per-target figures) is checked here against the plain form it replaced, on random inputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.core.balance import _Board, _Search
+from reconciler.core.capacity import SATURATED
+from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
+from reconciler.core.selectors import Index, matches
+from reconciler.core.state import Model, _in_order, build
+from reconciler.core.steps import Step
+from reconciler.core.units import fixed_reason, is_fixed
+from reconciler.core.waves import assign_waves
+from reconciler.model.plan import Reason
+from reconciler.model.rules import Selector
+from tests.core.builders import vm
+from tests.core.strategies import Case, cases
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+NAMES = ["a1", "a2", "ab", "b1", "b10", "c"]
+KEYS = ["app", "tier", "zone"]
+VALUES = ["x", "y"]
+
+labels_st = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3)
+names_st = st.lists(
+    st.sampled_from([*NAMES, "a*", "b?", "*1", "[ab]*", "zz"]), min_size=1, max_size=3
+)
+selectors_st = st.one_of(
+    st.builds(Selector, names=names_st),
+    st.builds(Selector, labels=labels_st.filter(bool)),
+    st.builds(Selector, names=names_st, labels=labels_st.filter(bool)),
+)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.sampled_from(NAMES), labels_st), max_size=12),
+    st.sets(st.sampled_from(KEYS)),
+    st.lists(selectors_st, min_size=1, max_size=5),
+)
+def test_an_index_selects_what_filtering_every_item_selects(
+    items: list[tuple[str, dict[str, str]]], keys: set[str], selectors: list[Selector]
+) -> None:
+    indexed = [(i, name, labels) for i, (name, labels) in enumerate(items)]
+    index = Index(indexed, keys)
+    for selector in selectors:  # in turn: keys not given up front are indexed when asked
+        expected = {i for i, name, labels in indexed if matches(selector, name, labels)}
+        assert index.select(selector) == expected
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(["h0", "h1", "h2"]))))
+def test_sightings_in_name_then_host_order_as_a_sort_by_both(
+    pairs: list[tuple[str, str]],
+) -> None:
+    seen = [vm(n, h) for n, h in pairs]
+    twice: set[str] = set()
+    assert _in_order(seen, twice) == sorted(seen, key=attrgetter("name", "host"))
+    assert twice == {n for n, c in Counter(n for n, _ in pairs).items() if c > 1}
+
+
+def _scanned_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int]:
+    """Waves found by looking at every wave from the earliest one on."""
+    rules = model.rules
+    cluster: Counter[int] = Counter()
+    outbound: Counter[tuple[int, int]] = Counter()
+    inbound: Counter[tuple[int, int]] = Counter()
+    budget: Counter[tuple[int, int]] = Counter()
+    last_leaving: dict[int, int] = {}
+    last_in_group: dict[int, int] = {}
+    waves: list[int] = []
+    i = 0
+    while i < len(steps):
+        j = i + 1
+        if steps[i].unit is not None:
+            while j < len(steps) and steps[j].unit == steps[i].unit:
+                j += 1
+        unit = steps[i:j]
+        groups = {g for s in unit for g in rules.vm_groups[s.vm] if rules.groups[g].required}
+        w = max(last_leaving.get(s.target, -1) + 1 for s in unit)
+        for g in groups:
+            w = max(w, last_in_group.get(g, -1) + 1)
+        n_out = Counter(s.source for s in unit)
+        n_in = Counter(s.target for s in unit)
+        n_budget = Counter(b for s in unit for b in rules.vm_budgets[s.vm])
+
+        while cluster[w] and not (
+            cluster[w] + len(unit) <= parallel
+            and all(outbound[w, h] + n <= model.hosts[h].max_outbound for h, n in n_out.items())
+            and all(inbound[w, h] + n <= model.hosts[h].max_inbound for h, n in n_in.items())
+            and all(
+                budget[w, b] + n <= rules.budgets[b].max_concurrent for b, n in n_budget.items()
+            )
+        ):
+            w += 1
+        cluster[w] += len(unit)
+        for h, n in n_out.items():
+            outbound[w, h] += n
+        for h, n in n_in.items():
+            inbound[w, h] += n
+        for b, n in n_budget.items():
+            budget[w, b] += n
+        for s in unit:
+            last_leaving[s.source] = max(last_leaving.get(s.source, -1), w)
+            waves.append(w)
+        for g in groups:
+            last_in_group[g] = max(last_in_group.get(g, -1), w)
+        i = j
+    return waves
+
+
+@SETTINGS
+@given(cases(), st.data(), st.integers(1, 4))
+def test_waves_skipping_full_ones_are_the_waves_of_a_scan(
+    case: Case, data: st.DataObject, parallel: int
+) -> None:
+    desired, snap, _ = case
+    model, state = build(desired, snap)
+    placed = [v for v in range(len(model.vms)) if state.host_of[v] >= 0]
+    if not placed or len(model.hosts) < 2:
+        return
+    n = data.draw(st.integers(1, 30))
+    steps = []
+    for k in range(n):
+        v = data.draw(st.sampled_from(placed))
+        source = state.host_of[v]
+        target = data.draw(st.sampled_from([h for h in range(len(model.hosts)) if h != source]))
+        unit = data.draw(st.sampled_from([None, None, k // 3]))
+        steps.append(Step(v, source, target, Reason.BALANCE, None, "", False, unit))
+    assert assign_waves(steps, model, parallel) == _scanned_waves(steps, model, parallel)
+
+
+@SETTINGS
+@given(cases())
+def test_is_fixed_says_what_fixed_reason_says(case: Case) -> None:
+    desired, snap, _ = case
+    model, state = build(desired, snap)
+    for v in range(len(model.vms)):
+        assert is_fixed(state, v) is (fixed_reason(state, v) is not None)
+
+
+def _searched_plainly(
+    search: _Search, n_src: int, n_tgt: int, first_source: bool
+) -> tuple[int, int, float] | None:
+    """The greedy search's best move, every figure worked out where it is used."""
+    state, order = search.state, search.order
+    model = state.model
+    w = model.weights
+    sources = order[::-1][:n_src]
+    targets = order[:n_tgt]
+    top = [e[2] for e in order[::-1][:3]]
+    bottom = [e[2] for e in order[:3]]
+    mean, scores = search.mean, search.scores
+    best_key = None
+    best: tuple[int, int, float] | None = None
+    for s_score, _, s in sources:
+        if first_source and best is not None:
+            break
+        hi_rest = [x for x in top if x != s]
+        lo_rest = [x for x in bottom if x != s]
+        for v in sorted(state.vms_on[s]):
+            if v in search.moved or not search.eligible(v):
+                continue
+            vm = model.vms[v]
+            s_after = state.score_with(s, v, -1)
+            for t_score, t_name, t in targets:
+                if t_score >= s_score - search.need:
+                    break
+                host = model.hosts[t]
+                if host.cpu_den > 0 and host.usable_memory > 0:
+                    t_after = (
+                        w.cpu * 100.0 * (state.cpu_load[t] + vm.cpu_load) / host.cpu_den
+                        + w.memory * 100.0 * (state.mem_load[t] + vm.mem_load) / host.usable_memory
+                    )
+                else:
+                    t_after = SATURATED
+                if (s_score - t_score) - abs(s_after - t_after) < search.need - EPSILON:
+                    continue
+                hi, lo = max(s_after, t_after), min(s_after, t_after)
+                for x in hi_rest:
+                    if x != t:
+                        hi = max(hi, scores[x])
+                        break
+                for x in lo_rest:
+                    if x != t:
+                        lo = min(lo, scores[x])
+                        break
+                new_spread = hi - lo
+                gain = search.spread - new_spread
+                dev = (
+                    (s_score - mean) ** 2
+                    + (t_score - mean) ** 2
+                    - (s_after - mean) ** 2
+                    - (t_after - mean) ** 2
+                )
+                if gain < -EPSILON or dev <= EPSILON or new_spread > search.ceiling + EPSILON:
+                    continue
+                if check_move(state, v, t) is not None:
+                    continue
+                breaks, repairs = preferred_delta(state, v, t)
+                cost = max(0.25, 1.0 + breaks - 0.5 * repairs) if breaks or repairs else 1.0
+                reaches = new_spread <= search.threshold + EPSILON
+                key = search._key(reaches, gain, dev, cost, vm.copy_bytes, vm.name, t_name)
+                if best_key is None or key < best_key:
+                    best_key, best = key, (v, t, new_spread)
+    return best
+
+
+@SETTINGS
+@given(cases(), st.data())
+def test_the_greedy_search_finds_the_move_a_plain_search_finds(
+    case: Case, data: st.DataObject
+) -> None:
+    desired, snap, _ = case
+    model, state = build(desired, snap)
+    for hosts in model.arches.values():
+        if len(hosts) < 2:
+            continue
+        board = _Board(state, hosts)
+        eligible: Callable[[int], bool] = lambda v: not is_fixed(state, v)  # noqa: E731
+        moved: set[int] = set()
+        for _ in range(data.draw(st.integers(1, 4))):
+            spread = board.spread()
+            need = data.draw(st.sampled_from([EPSILON, 2.0, 10.0]))
+            threshold = data.draw(st.sampled_from([0.0, 5.0, 20.0]))
+            search = board.search(spread, need, eligible, moved, threshold)
+            for n_src, n_tgt, first in [(1, 4, False), (16, 16, True), (2, 3, False)]:
+                found = search.run(n_src, n_tgt, first)
+                assert found == _searched_plainly(search, n_src, n_tgt, first)
+            if found is None:
+                break
+            v, t, _ = found
+            board.move(v, t)  # the listings of both hosts are made again
+            moved.add(v)
