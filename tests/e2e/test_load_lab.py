@@ -269,7 +269,10 @@ def balance_then_rest(lab: Lab, tmp_path: Path, load: str) -> None:
         assert changes <= 1, f"{vm} moved {changes} times: {hosts}"
     moved = {vm: host for vm, host in final.items() if START[vm] != host}
     assert moved, seen[-1]
-    assert set(moved) <= set(STEADY), moved
+    # the hotspot is relieved by steady guests; db-1 (idle but for its QEMU's few percent of a
+    # core) may go as well when it is a move balance can make, the spiky guest never does
+    assert set(moved) & set(STEADY), moved
+    assert SPIKY not in moved, moved
     # the audit commits: balance moves, exactly those libvirt shows, and the
     # placement at the tip is where every guest runs
     records = audits(person)
