@@ -14,7 +14,7 @@ Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` unset for the children, after a 
 an installed package runs. Medians over the rounds; the ratio is the plan's start against the
 interpreter's in the same round.
 
-Run: ``.venv/bin/python benchmarks/startup.py --rounds 9``
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/startup.py --rounds 9``
 """
 
 from __future__ import annotations
@@ -27,15 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.model.base import HostName, VmName, VmUuid
-from reconciler.model.snapshot import HostState, Snapshot, VmRunState, VmState
+from tests.cli.test_imports import example_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "cluster-state"
-GIB = 1 << 30
 
 HOOKED = """\
 import sys, time
@@ -56,42 +53,6 @@ sys.exit(main(sys.argv[2:]))
 )
 FLOOR = HOOKED + 'sys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
 PYDANTIC = HOOKED + 'import pydantic\nsys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
-
-
-def example_snapshot(where: Path) -> Path:
-    """A snapshot of the example folder's three hosts and four VMs."""
-    hosts = [
-        HostState(
-            name=HostName(f"kvm-0{i}"),
-            uri=f"qemu+ssh://root@kvm-0{i}.example.net/system",
-            reachable=True,
-            arch="x86_64",
-            cpus=32,
-            memory_total=128 * GIB,
-            memory_free=64 * GIB,
-        )
-        for i in (1, 2, 3)
-    ]
-    placed = {"web-1": "kvm-01", "web-2": "kvm-02", "web-3": "kvm-03", "db-1": "kvm-02"}
-    vms = [
-        VmState(
-            name=VmName(name),
-            uuid=VmUuid(f"00000000-0000-4000-8000-{n:012d}"),
-            host=HostName(host),
-            state=VmRunState.RUNNING,
-            vcpus=4,
-            memory_max=8 * GIB,
-            memory_current=8 * GIB,
-            uptime=86400.0,
-        )
-        for n, (name, host) in enumerate(placed.items())
-    ]
-    snapshot = Snapshot(
-        cluster="lab", taken_at=datetime(2026, 1, 1, tzinfo=UTC), hosts=hosts, vms=vms
-    )
-    path = where / "snapshot.json"
-    path.write_text(snapshot.model_dump_json(by_alias=True))
-    return path
 
 
 def _cpu() -> float:
