@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from reconciler.model.base import Frozen
+
+if TYPE_CHECKING:
+    from reconciler.config.yaml_source import Document
 
 DocPath = tuple[str | int, ...]
 """A place inside one YAML document: keys and list indices from its root."""
@@ -43,6 +47,25 @@ def path_text(path: DocPath) -> str:
         else:
             out += f'["{item}"]'
     return out
+
+
+def finding_at(
+    doc: Document | None, path: DocPath, severity: Severity, message: str, hint: str
+) -> Finding:
+    """A finding at ``path`` of ``doc``, on the line of its value; without a document (a state
+    built in code), at the path alone."""
+    if doc is None:
+        return Finding(severity=severity, file="", path=path_text(path), message=message, hint=hint)
+    line, column = doc.position(path)
+    return Finding(
+        file=doc.file,
+        line=line,
+        column=column,
+        severity=severity,
+        path=path_text(path),
+        message=message,
+        hint=hint,
+    )
 
 
 def format_finding(finding: Finding) -> str:

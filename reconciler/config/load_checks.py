@@ -6,28 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from reconciler.config.findings import DocPath, Finding, Severity, path_text
+from reconciler.config.findings import DocPath, Finding, Severity, finding_at
 from reconciler.config.yaml_source import Document
 from reconciler.model.load import MAX_SAMPLES, LoadSource
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.quantity import format_duration
-
-
-def _at(
-    doc: Document | None, path: DocPath, severity: Severity, message: str, hint: str
-) -> Finding:
-    if doc is None:
-        return Finding(severity=severity, file="", path=path_text(path), message=message, hint=hint)
-    line, column = doc.position(path)
-    return Finding(
-        file=doc.file,
-        line=line,
-        column=column,
-        severity=severity,
-        path=path_text(path),
-        message=message,
-        hint=hint,
-    )
 
 
 def _given(doc: Document | None, *path: str) -> bool:
@@ -51,7 +34,7 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
     shown_window, shown_every = format_duration(window), format_duration(every)
     if window < 2 * every:
         out.append(
-            _at(
+            finding_at(
                 policy,
                 (*base, "window"),
                 Severity.ERROR,
@@ -65,7 +48,7 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
     if samples > MAX_SAMPLES:
         fewer = timedelta(seconds=-(-window.total_seconds() // MAX_SAMPLES))
         out.append(
-            _at(
+            finding_at(
                 policy,
                 (*base, "sampleEvery"),
                 Severity.ERROR,
@@ -77,7 +60,7 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
     url = urlsplit(load.prometheus.url)
     if url.password is not None or url.username is not None:
         out.append(
-            _at(
+            finding_at(
                 policy,
                 (*base, "prometheus", "url"),
                 Severity.ERROR,
@@ -88,7 +71,7 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
         )
     if load.source is LoadSource.SAMPLES and _given(policy, "spec", "load", "prometheus"):
         out.append(
-            _at(
+            finding_at(
                 policy,
                 (*base, "prometheus"),
                 Severity.WARNING,

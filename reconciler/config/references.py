@@ -12,9 +12,9 @@ import difflib
 from collections.abc import Iterable
 from typing import Final
 
-from reconciler.config.findings import Finding, Severity
+from reconciler.config.findings import Finding, Severity, finding_at
 from reconciler.config.selectors import is_glob
-from reconciler.config.semantic import Sources, _finding, _rule_path
+from reconciler.config.semantic import Sources, _rule_path
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import AntiAffinityRule, SpreadRule
 
@@ -43,7 +43,7 @@ def unplaced_vm_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             if close is None:
                 continue
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "vms", "names", j),
                     Severity.WARNING,
@@ -75,7 +75,7 @@ def topology_key_findings(desired: DesiredState, src: Sources) -> list[Finding]:
         )
         hint = f"did you mean {close!r}? " if close else ""
         out.append(
-            _finding(
+            finding_at(
                 src.rules,
                 _rule_path(i, "topologyKey"),
                 Severity.WARNING,

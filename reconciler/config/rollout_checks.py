@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from reconciler.config.findings import DocPath, Finding, Severity
+from reconciler.config.findings import DocPath, Finding, Severity, finding_at
 from reconciler.config.selectors import hosts_matching, is_glob, literal_members
-from reconciler.config.semantic import Sources, _finding, _unknown_host_hint
+from reconciler.config.semantic import Sources, _unknown_host_hint
 from reconciler.config.yaml_source import Document
 from reconciler.core.rollout_hosts import rollout_hosts
 from reconciler.core.rollout_steps import host_steps
@@ -40,7 +40,7 @@ _SECRET_HINT: Final = (
 
 def _at(doc: Document, path: DocPath, message: str, hint: str, *, warn: bool = False) -> Finding:
     severity = Severity.WARNING if warn else Severity.ERROR
-    return _finding(doc, path, severity, message, hint)
+    return finding_at(doc, path, severity, message, hint)
 
 
 def _commands(rollout: Rollout) -> Iterator[tuple[DocPath, Command, bool]]:

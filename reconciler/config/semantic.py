@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from reconciler.config.findings import DocPath, Finding, Severity, path_text
+from reconciler.config.findings import DocPath, Finding, Severity, finding_at
 from reconciler.config.selectors import (
     KnownVms,
     covers,
@@ -48,23 +48,6 @@ class Sources:
     policy: Document | None = None
     rollouts: tuple[Document, ...] = ()
     """The document of each rollout, in the order of ``DesiredState.rollouts``."""
-
-
-def _finding(
-    doc: Document | None, path: DocPath, severity: Severity, message: str, hint: str
-) -> Finding:
-    if doc is None:
-        return Finding(severity=severity, file="", path=path_text(path), message=message, hint=hint)
-    line, column = doc.position(path)
-    return Finding(
-        file=doc.file,
-        line=line,
-        column=column,
-        severity=severity,
-        path=path_text(path),
-        message=message,
-        hint=hint,
-    )
 
 
 def _rule_path(i: int, *rest: str | int) -> DocPath:
@@ -112,7 +95,7 @@ def duplicate_host_findings(desired: DesiredState, src: Sources) -> list[Finding
     for i, host in enumerate(desired.cluster.spec.hosts):
         if host.name in names:
             out.append(
-                _finding(
+                finding_at(
                     src.cluster,
                     ("spec", "hosts", i, "name"),
                     Severity.ERROR,
@@ -123,7 +106,7 @@ def duplicate_host_findings(desired: DesiredState, src: Sources) -> list[Finding
         names.setdefault(host.name, i)
         if host.uri in uris:
             out.append(
-                _finding(
+                finding_at(
                     src.cluster,
                     ("spec", "hosts", i, "uri"),
                     Severity.ERROR,
@@ -145,7 +128,7 @@ def duplicate_rule_findings(desired: DesiredState, src: Sources) -> list[Finding
     for i, rule in enumerate(desired.rules.spec.rules):
         if rule.name in seen:
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "name"),
                     Severity.ERROR,
@@ -192,7 +175,7 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
                 f"no host matches {name!r}" if is_glob(name) else f"host {name!r} does not exist"
             )
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "hosts", "names", j),
                     Severity.ERROR,
@@ -210,7 +193,7 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
         ):
             among = " among the named hosts" if rule.hosts.names else ""
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "hosts", "labels"),
                     Severity.WARNING,
@@ -321,7 +304,7 @@ def host_affinity_findings(desired: DesiredState, src: Sources) -> list[Finding]
             "its hosts selector matches no host"
         ]
         out.append(
-            _finding(
+            finding_at(
                 src.rules,
                 _rule_path(i, "hosts"),
                 Severity.ERROR,
@@ -349,7 +332,7 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
         picked = hosts_matching(rule.hosts, hosts)
         if len(picked) > 1:
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "hosts"),
                     Severity.ERROR,
@@ -364,7 +347,7 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             continue
         if target.maintenance:
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "hosts"),
                     Severity.ERROR,
@@ -374,7 +357,7 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             )
         elif target.name not in {h.name for h in eligible_hosts(desired, rule.vms)}:
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "hosts"),
                     Severity.ERROR,
@@ -387,7 +370,7 @@ def pin_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             other = pinned.setdefault(vm, (rule.name, target.name))
             if other[1] != target.name:
                 out.append(
-                    _finding(
+                    finding_at(
                         src.rules,
                         _rule_path(i, "vms"),
                         Severity.ERROR,
@@ -423,7 +406,7 @@ def anti_affinity_capacity_findings(desired: DesiredState, src: Sources) -> list
             have = f"eligible hosts make {room}"
         if len(members) > room:
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(i, "vms"),
                     Severity.ERROR,
@@ -451,7 +434,7 @@ def affinity_conflict_findings(desired: DesiredState, src: Sources) -> list[Find
             else:
                 continue
             out.append(
-                _finding(
+                finding_at(
                     src.rules,
                     _rule_path(max(ia, ib), "vms"),
                     Severity.ERROR,
@@ -517,7 +500,7 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
         host = by_name.get(host_name)
         if host is None:
             out.append(
-                _finding(
+                finding_at(
                     src.placement,
                     path,
                     Severity.ERROR,
@@ -528,10 +511,10 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
             continue
         conflict = _placement_conflict(vm, host, rules_of.get(vm, []))
         if conflict is not None:
-            out.append(_finding(src.placement, path, Severity.ERROR, *conflict))
+            out.append(finding_at(src.placement, path, Severity.ERROR, *conflict))
         elif host.maintenance:
             out.append(
-                _finding(
+                finding_at(
                     src.placement,
                     path,
                     Severity.WARNING,
@@ -559,7 +542,7 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
             if domain in seen:
                 where = _domain_text(domain, key)
                 out.append(
-                    _finding(
+                    finding_at(
                         src.placement,
                         ("spec", "vms", vm),
                         Severity.ERROR,
@@ -577,7 +560,7 @@ def _placed_together_findings(desired: DesiredState, src: Sources) -> list[Findi
         for vm, host in together[1:]:
             if first is not None and host.name != first[1].name:
                 out.append(
-                    _finding(
+                    finding_at(
                         src.placement,
                         ("spec", "vms", vm),
                         Severity.ERROR,
