@@ -38,6 +38,7 @@ from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
     MigrationClass,
+    MoveIntent,
     ReconcilerState,
     Snapshot,
     Unmigratable,
@@ -190,8 +191,9 @@ def resolved(
     return snapshot.model_copy(update={"vms": vms, "in_flight": flights}), out
 
 
-def _half_cold_move(seen: list[VmState]) -> Resolution | None:
-    """The resolution of a cold move stopped with the VM defined on both of its hosts."""
+def _on_both_ends(seen: list[VmState]) -> tuple[MoveIntent, VmState, VmState] | None:
+    """The intent, and the VM on its source and on its target, when ``seen`` is one VM seen on
+    exactly those two hosts with the same intent on both; else None."""
     if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
         return None
     intent = seen[0].reconciler.intent
@@ -201,6 +203,15 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     source, target = by_host.get(intent.source), by_host.get(intent.target)
     if source is None or target is None:
         return None
+    return intent, source, target
+
+
+def _half_cold_move(seen: list[VmState]) -> Resolution | None:
+    """The resolution of a cold move stopped with the VM defined on both of its hosts."""
+    ends = _on_both_ends(seen)
+    if ends is None:
+        return None
+    intent, source, target = ends
     if any(v.state is not VmRunState.SHUTOFF for v in seen):
         return None  # one of them was started since: a person's doing, left to them
     failure = FailedMove(
@@ -274,15 +285,10 @@ def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
     whose source's daemon lost the target's, say): running on the target, shut off but still
     defined on the source, both with the same intent. The move is recorded and the source's
     leftover definition removed."""
-    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+    ends = _on_both_ends(seen)
+    if ends is None:
         return None
-    intent = seen[0].reconciler.intent
-    if intent is None or seen[1].reconciler.intent != intent:
-        return None
-    by_host: dict[str, VmState] = {v.host: v for v in seen}
-    source, target = by_host.get(intent.source), by_host.get(intent.target)
-    if source is None or target is None:
-        return None
+    intent, source, target = ends
     if source.state is not VmRunState.SHUTOFF or target.state is not VmRunState.RUNNING:
         return None
     state = backoff.recorded(
