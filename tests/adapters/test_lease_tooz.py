@@ -27,6 +27,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease as EtcdLease
 
 from reconciler.adapters.etcd.lease import ToozLease, lease_key
+from reconciler.adapters.lab import processes
 from reconciler.engine.leadership import LeaseKeeper
 from reconciler.engine.triggers import Wakeup
 from reconciler.errors import TerminalError, TransientError
@@ -121,7 +122,8 @@ class Etcd:
         self.proc.wait(10)
 
     def pause(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
+        """SIGSTOP etcd and return once every thread of it has stopped, so nothing answers."""
+        assert processes.freeze(self.proc.pid), "etcd did not stop within 5 s"
 
     def resume(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
@@ -211,6 +213,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease as EtcdLease
 
 from reconciler.adapters.etcd.lease import ToozLease, lease_key
+from reconciler.adapters.lab import processes
 lease = ToozLease(sys.argv[1], "lab", identity="doomed", lease_duration=4, renew_deadline=3)
 asked = time.monotonic()
 assert lease.acquire()

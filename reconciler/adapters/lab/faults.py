@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
 from pathlib import Path
 
 from reconciler.adapters.lab import processes, qemu
@@ -66,12 +65,8 @@ def kill_qemus(directory: Path, name: str) -> list[int]:
 def freeze_host(directory: Path, name: str) -> int:
     """SIGSTOP the libvirtd of host ``name``: its calls hang until ``thaw_host``; its pid."""
     pid = _running_daemon(_qemu_host(directory, name))
-    processes.send(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5.0
-    while not processes.stopped(pid):
-        if time.monotonic() > deadline:
-            raise LabError(f"libvirtd of lab host {name} (pid {pid}) did not stop")
-        time.sleep(0.01)
+    if not processes.freeze(pid, 5.0):
+        raise LabError(f"libvirtd of lab host {name} (pid {pid}) did not stop")
     return pid
 
 

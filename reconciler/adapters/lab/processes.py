@@ -22,10 +22,11 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def _proc_state(pid: int) -> str | None:
-    """The one-letter state of ``pid`` from ``/proc`` (``R``, ``S``, ``T``, ``Z``...), or None."""
+def _proc_state(pid: int, task: int | None = None) -> str | None:
+    """The one-letter state of ``pid`` (or of its thread ``task``) from ``/proc``, or None."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(path).read_text()
     except OSError:
         return None
     return stat.rsplit(")", 1)[-1].split()[0]
@@ -40,8 +41,29 @@ def alive(pid: int | None) -> bool:
 
 
 def stopped(pid: int) -> bool:
-    """True when ``pid`` is stopped by a signal (SIGSTOP), as a frozen lab daemon is."""
-    return _proc_state(pid) == "T"
+    """True when every thread of ``pid`` is stopped by a signal (SIGSTOP), as a frozen daemon is.
+
+    A signal stops a process's threads one by one: until the last one stops, a thread may
+    still answer a request, so the process's own state alone does not prove it is frozen.
+    """
+    if _proc_state(pid) != "T":
+        return False
+    try:
+        tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except (OSError, ValueError):
+        return False
+    return all(_proc_state(pid, task) in ("T", None) for task in tasks)
+
+
+def freeze(pid: int, timeout: float = 5.0) -> bool:
+    """SIGSTOP ``pid`` and wait until all its threads have stopped; False past ``timeout``."""
+    send(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not stopped(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _cmdline(pid: int) -> str:
