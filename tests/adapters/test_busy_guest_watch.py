@@ -97,6 +97,40 @@ def test_passes_that_start_a_sixteenth_lower_each_time_are_headway(release: list
     assert result.succeeded, result.error
 
 
+class LateReturn(Domain):
+    """libvirt's job ends (no job on the domain any more) well before its call returns."""
+
+    returned = threading.Event()
+
+    def migrateToURI3(self, uri: str, params: dict[str, Any], flags: int) -> int:  # noqa: N802
+        self.ended.wait()
+        LateReturn.returned.wait(10)  # the test lets it return once the watcher read enough
+        return super().migrateToURI3(uri, params, flags)
+
+
+def test_a_job_that_has_ended_is_never_aborted_as_a_stall_while_its_call_returns(
+    release: list[Domain],
+) -> None:
+    # the call returns late (a busy machine does not run its thread at once): the watcher
+    # reads no job for many fake seconds meanwhile; no job is not a job without progress
+    LateReturn.returned.clear()
+    world, source, pool = fake_hosts([*first_pass(), DONE], release, source_type=LateReturn)
+    clock = Clock()
+
+    def reading() -> float:
+        if clock.now > 100.0 + 60:  # a minute of fake seconds without a job
+            LateReturn.returned.set()
+        return clock()
+
+    migrator = LibvirtMigrator(
+        tuned(stall="5s"), pool=pool, poll_interval=0.001, settle_timeout=3.0, clock=reading
+    )
+    result = migrator.migrate(MOVE, on_progress=lambda _: None, abort=threading.Event())
+    assert source.aborts == []
+    assert result.succeeded, result.error
+    assert world.running == {"kvm-02"}
+
+
 def test_a_rising_throttle_is_headway_and_is_kept_on_the_result(release: list[Domain]) -> None:
     # passes that go nowhere, but auto-converge raises its throttle every fourth poll
     nowhere = passes(8)

@@ -271,7 +271,9 @@ class LiveMove:
                 self._start_postcopy(move.vm, dom, job, "its first pass over memory is done")
                 last_progress = now
                 continue
-            elif now - last_progress > limits.stall:
+            elif stats and now - last_progress > limits.stall:
+                # only a job libvirt still runs can stall: with none (ended, or not begun)
+                # the call is returning, or the limit above ends the wait
                 if may_switch and not job.switch_tried and stats.get("memory_total"):
                     self._start_postcopy(move.vm, dom, job, "no progress in pre-copy")
                     last_progress = now
