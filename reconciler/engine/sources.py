@@ -21,11 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-from reconciler.engine.ports import Loaded, Record, Recorded, StateRepo, TextFile
 from reconciler.errors import ConfigError
+from reconciler.model.acting import Loaded, Record, Recorded
 from reconciler.model.desired import DesiredState
 from reconciler.model.status import status_json
+
+if TYPE_CHECKING:  # the ports of everything else a look never needs
+    from reconciler.engine.ports import StateRepo, TextFile
 
 
 class FolderSource:
