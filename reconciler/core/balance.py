@@ -348,9 +348,11 @@ def _too_small(
 ) -> tuple[float, float, float]:
     """(k_cpu, k_mem, small): a VM of loads ``cpu`` and ``mem`` (both not negative) whose
     source score loss plus ``cpu * k_cpu + mem * k_mem`` is below ``small`` narrows the gap
-    to no target of ``rest`` by ``short``: moved to ``t``, the gap ``s - t`` becomes at least
-    ``|s' - t'|``, ``(s - s') + (t' - t)`` at most, and a target gains ``cpu * w_cpu / den
-    + mem * w_mem / usable``. With a target of no capacity (saturated) nothing is too small."""
+    to no target of ``rest`` by ``short``. Moved from ``s`` to ``t`` (scores ``s'`` and ``t'``
+    after), it narrows the gap ``s - t`` to ``|s' - t'|``, so by at most ``(s - s') + (t' -
+    t)``, and ``t' - t`` is ``cpu * w_cpu / den + mem * w_mem / usable``, at most ``cpu *
+    k_cpu + mem * k_mem``; ``small`` leaves room for rounding. With a target of no capacity
+    (saturated) nothing is too small."""
     if not all(loaded for _, _, loaded, *_ in rest):
         return 0.0, 0.0, -math.inf
     k_cpu = max(w_cpu / den for _, _, _, _, den, *_ in rest)
