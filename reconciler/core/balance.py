@@ -191,6 +191,26 @@ def _greedy(
     return steps
 
 
+def _without_each(state: State, s: int) -> list[tuple[int, VmInfo, float]]:
+    """The VMs on ``s`` in index order, each with ``s``'s score without it: ``score_with(s,
+    v, -1)`` of each, its arithmetic inline (the same operations, so the same floats)."""
+    model = state.model
+    vms, host, w = model.vms, model.hosts[s], model.weights
+    den, usable = host.cpu_den, host.usable_memory
+    on = sorted(state.vms_on[s])
+    if den <= 0 or usable <= 0:
+        return [(v, vms[v], state.score_with(s, v, -1)) for v in on]
+    cpu, mem = state.cpu_load[s], state.mem_load[s]
+    w_cpu, w_mem = w.cpu, w.memory
+    out = []
+    for v in on:
+        vm = vms[v]
+        c = 100.0 * (cpu - vm.cpu_load) / den
+        m = 100.0 * (mem - vm.mem_load) / usable
+        out.append((v, vm, w_cpu * c + w_mem * m))
+    return out
+
+
 class _Board:
     """Host scores of one architecture kept sorted while moves are applied to the state."""
 
@@ -208,9 +228,7 @@ class _Board:
         move changes ``s`` (a host stays among the hottest for many searches in a row)."""
         found = self._listed.get(s)
         if found is None:
-            state = self.state
-            vms = state.model.vms
-            found = [(v, vms[v], state.score_with(s, v, -1)) for v in sorted(state.vms_on[s])]
+            found = _without_each(self.state, s)
             self._listed[s] = found
         return found
 
@@ -315,6 +333,34 @@ def _pair(
     return best
 
 
+SLACK = 1e-9
+"""Relative room left for rounding when a bound rules moves out (a few operations on scores
+err by about 1e-15 of their size)."""
+
+Target = tuple[str, int, bool, float, float, float, int, float, float, float, float]
+"""A target of one source in :meth:`_Search.run`: name, index, loaded, CPU load, CPU
+denominator, memory load, usable memory, gap to the source, the two hosts' squared
+deviations, and the highest and lowest score of the other hosts."""
+
+
+def _too_small(
+    rest: Sequence[Target], w_cpu: float, w_mem: float, s_score: float, short: float
+) -> tuple[float, float, float]:
+    """(k_cpu, k_mem, small): a VM of loads ``cpu`` and ``mem`` (both not negative) whose
+    source score loss plus ``cpu * k_cpu + mem * k_mem`` is below ``small`` narrows the gap
+    to no target of ``rest`` by ``short``. Moved from ``s`` to ``t`` (scores ``s'`` and ``t'``
+    after), it narrows the gap ``s - t`` to ``|s' - t'|``, so by at most ``(s - s') + (t' -
+    t)``, and ``t' - t`` is ``cpu * w_cpu / den + mem * w_mem / usable``, at most ``cpu *
+    k_cpu + mem * k_mem``; ``small`` leaves room for rounding. With a target of no capacity
+    (saturated) nothing is too small."""
+    if not all(loaded for _, _, loaded, *_ in rest):
+        return 0.0, 0.0, -math.inf
+    k_cpu = max(w_cpu / den for _, _, _, _, den, *_ in rest)
+    k_mem = max(w_mem / usable for _, _, _, _, _, _, usable, *_ in rest)
+    size = 1.0 + abs(s_score) + abs(short) + max(abs(gap) for *_, gap, _, _, _ in rest)
+    return k_cpu, k_mem, short - SLACK * size
+
+
 class _Search:
     """One greedy step: the best qualifying move among the hottest and coolest hosts."""
 
@@ -396,37 +442,50 @@ class _Search:
                 break
             hi_rest = [x for x in top if x != s]
             lo_rest = [x for x in bottom if x != s]
-            # the highest and lowest score among the other hosts, per target
-            rest = []
-            for target in targets:
-                t = target[2]
-                hi_other = next((scores[x] for x in hi_rest if x != t), -math.inf)
-                lo_other = next((scores[x] for x in lo_rest if x != t), math.inf)
-                rest.append((target, hi_other, lo_other))
             floor = s_score - need
             s_dev = (s_score - mean) ** 2
+            # per target cooler than the floor (coolest first, so the rest are not): its
+            # figures, the gap to the source, and the highest and lowest score of the others
+            rest: list[Target] = []
+            for t_score, t_name, t, loaded, t_cpu, den, t_mem, usable, t_dev in targets:
+                if t_score >= floor:
+                    break
+                hi_other = next((scores[x] for x in hi_rest if x != t), -math.inf)
+                lo_other = next((scores[x] for x in lo_rest if x != t), math.inf)
+                gap, devs = s_score - t_score, s_dev + t_dev
+                rest.append(
+                    (t_name, t, loaded, t_cpu, den, t_mem, usable, gap, devs, hi_other, lo_other)
+                )
+            if not rest:
+                continue
+            k_cpu, k_mem, small = _too_small(rest, w_cpu, w_mem, s_score, short)
             for v, vm, s_after in listed(s):
                 if v in moved or not eligible(v):
                     continue
-                s_after_dev = (s_after - mean) ** 2
                 v_cpu, v_mem = vm.cpu_load, vm.mem_load
-                for target, hi_other, lo_other in rest:
-                    t_score, t_name, t, loaded, t_cpu, den, t_mem, usable, t_dev = target
-                    if t_score >= floor:
-                        break
+                # The gap to a target narrows by at most what the source loses plus what the
+                # target gains: below ``need`` for every target, no target is worth a look.
+                if (
+                    s_score - s_after + v_cpu * k_cpu + v_mem * k_mem < small
+                    and v_cpu >= 0.0
+                    and v_mem >= 0.0
+                ):
+                    continue
+                s_after_dev = (s_after - mean) ** 2
+                for t_name, t, loaded, t_cpu, den, t_mem, usable, gap, devs, hi_x, lo_x in rest:
                     if loaded:
                         t_after = w_cpu * (t_cpu + v_cpu) / den + w_mem * (t_mem + v_mem) / usable
                     else:
                         t_after = SATURATED
-                    if (s_score - t_score) - abs(s_after - t_after) < short:
+                    if gap - abs(s_after - t_after) < short:
                         continue
-                    hi = max(s_after, t_after, hi_other)
-                    lo = min(s_after, t_after, lo_other)
+                    hi = max(s_after, t_after, hi_x)
+                    lo = min(s_after, t_after, lo_x)
                     new_spread = hi - lo
                     gain = spread - new_spread
                     if gain < -EPSILON:
                         continue
-                    dev = s_dev + t_dev - s_after_dev - (t_after - mean) ** 2
+                    dev = devs - s_after_dev - (t_after - mean) ** 2
                     if dev <= EPSILON:
                         continue
                     if new_spread > ceiling:

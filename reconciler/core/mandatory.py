@@ -378,12 +378,14 @@ class _Planner:
 
     def host_rules(self) -> None:
         pending: list[tuple[int, Reason, str | None, str]] = []
-        for vm in self.model.vms:
-            v = vm.index
+        for v, rules in enumerate(self.model.rules.host_rules):
+            if not rules:  # most VMs: no rule to look at, nor the VM itself
+                continue
+            vm = self.model.vms[v]
             s = self.state.host_of[v]
             if vm.shadow or s < 0:
                 continue
-            for r in self.model.rules.host_rules[v]:
+            for r in rules:
                 if not r.required or r.permits(s):
                     continue
                 kind = describe_kind(r.kind)

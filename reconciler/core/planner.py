@@ -335,27 +335,30 @@ def _balance_movable(
     """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling, young,
     of unknown load or on a host of unknown load."""
     spec = desired.policy.spec
-    seen: dict[str, VmState] = {}
-    for vm in snapshot.vms:  # the first sighting in (name, host) order, as in the model
-        other = seen.get(vm.name)
-        if other is None or vm.host < other.host:
-            seen[vm.name] = vm
+    seen: dict[str, VmState] = {vm.name: vm for vm in snapshot.vms}
+    if len(seen) < len(snapshot.vms):  # a name seen twice (in flight): its first sighting
+        seen = {}
+        for vm in snapshot.vms:  # in (name, host) order, as in the model
+            other = seen.get(vm.name)
+            if other is None or vm.host < other.host:
+                seen[vm.name] = vm
     pinned, unknown_vms, observed = model.rules.pinned, unknown.vms, model.observed
     hold = balance_holds(spec, history, snapshot.taken_at, now)
     out: list[bool] = []
     for info in model.vms:
         v = info.index
-        obs = seen.get(info.name)
-        out.append(
+        may = (
             not info.shadow
-            and obs is not None
             and v not in moved
             and v not in pinned
             and not is_fixed(state, v)
             and info.name not in unknown_vms
             and observed[v] not in blocked
-            and hold(obs) is None
         )
+        if may:  # the sighting's own record last, for the VMs nothing else holds
+            obs = seen.get(info.name)
+            may = obs is not None and hold(obs) is None
+        out.append(may)
     return out
 
 

@@ -192,9 +192,12 @@ def compile_rules(
     vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow], vm_keys)
     host_items = Index([(h.index, h.name, h.labels) for h in hosts])
     cache: dict[object, object] = {}
-    host_rules: list[list[HostRule]] = [[] for _ in vms]
-    vm_groups: list[list[int]] = [[] for _ in vms]
-    vm_budgets: list[list[int]] = [[] for _ in vms]
+    # Per VM, what selects it: one shared empty tuple for the many VMs no rule selects, a
+    # longer tuple made for each one that some rule does (a list per VM would be 125,000
+    # lists made and turned into tuples at 5,000 hosts).
+    host_rules: list[tuple[HostRule, ...]] = [()] * len(vms)
+    vm_groups: list[tuple[int, ...]] = [()] * len(vms)
+    vm_budgets: list[tuple[int, ...]] = [()] * len(vms)
     groups: list[GroupRule] = []
     budgets: list[Budget] = []
     excluded: dict[int, str] = {}
@@ -210,7 +213,7 @@ def compile_rules(
                 allow=not isinstance(rule, HostAntiAffinityRule),
             )
             for m in members:
-                host_rules[m].append(hr)
+                host_rules[m] += (hr,)
                 if isinstance(rule, PinRule):
                     pinned.setdefault(m, rule.name)
         elif isinstance(rule, ExcludeRule):
@@ -218,26 +221,26 @@ def compile_rules(
                 excluded.setdefault(m, rule.name)
         elif isinstance(rule, DisruptionBudgetRule):
             for m in members:
-                vm_budgets[m].append(len(budgets))
+                vm_budgets[m] += (len(budgets),)
             budgets.append(Budget(rule.name, rule.max_concurrent, frozenset(members)))
         else:
             groups.append(_group(len(groups), rule, members, hosts, host_rules, cache))
             for m in members:
-                vm_groups[m].append(groups[-1].index)
+                vm_groups[m] += (groups[-1].index,)
     _refusals(vms, hosts, host_rules)
     return CompiledRules(
-        host_rules=tuple(map(tuple, host_rules)),
+        host_rules=tuple(host_rules),
         groups=tuple(groups),
-        vm_groups=tuple(map(tuple, vm_groups)),
+        vm_groups=tuple(vm_groups),
         excluded=excluded,
         pinned=pinned,
         budgets=tuple(budgets),
-        vm_budgets=tuple(map(tuple, vm_budgets)),
+        vm_budgets=tuple(vm_budgets),
     )
 
 
 def _refusals(
-    vms: Sequence[VmInfo], hosts: Sequence[HostInfo], host_rules: list[list[HostRule]]
+    vms: Sequence[VmInfo], hosts: Sequence[HostInfo], host_rules: list[tuple[HostRule, ...]]
 ) -> None:
     """A host that would refuse a VM (observed: CPU, machine type) is a required
     anti-affinity to it, named for the refusal so the plan says why."""
@@ -252,7 +255,7 @@ def _refusals(
                     hosts=frozenset({index[host]}),
                     allow=False,
                 )
-                host_rules[vm.index].append(rule)
+                host_rules[vm.index] += (rule,)
 
 
 def _group(
@@ -260,7 +263,7 @@ def _group(
     rule: AntiAffinityRule | AffinityRule | SpreadRule,
     members: list[int],
     hosts: Sequence[HostInfo],
-    host_rules: list[list[HostRule]],
+    host_rules: Sequence[tuple[HostRule, ...]],
     cache: dict[object, object],
 ) -> GroupRule:
     key = None if isinstance(rule, AffinityRule) else rule.topology_key

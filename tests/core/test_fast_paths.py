@@ -1,8 +1,9 @@
 """The planner's fast paths choose what their straightforward forms choose.
 
 Each shortcut a large cluster needs (label sets built for the keys rules ask about, waves that
-skip the full ones, VMs sorted by name alone, the greedy search's per-host listings and
-per-target figures) is checked here against the plain form it replaced, on random inputs.
+skip the full ones, VMs sorted by name alone, the model's VMs made under one policy, the greedy
+search's per-host listings, per-target figures and the VMs too small for any target) is checked
+here against the plain form it replaced, on random inputs.
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ from operator import attrgetter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.balance import _Board, _Search
-from reconciler.core.capacity import SATURATED
+from reconciler.core.balance import Target, _Board, _Search, _too_small
+from reconciler.core.capacity import SATURATED, VmInfo, vm_loads
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
+from reconciler.core.hugepages import need_of
+from reconciler.core.movable import copy_bytes, why_fixed
 from reconciler.core.selectors import Index, matches
-from reconciler.core.state import Model, _in_order, build
+from reconciler.core.state import Model, _in_order, build, vm_info
 from reconciler.core.steps import Step
 from reconciler.core.units import fixed_reason, is_fixed
 from reconciler.core.waves import assign_waves
 from reconciler.model.plan import Reason
+from reconciler.model.policy import BalancePolicySpec, Basis
 from reconciler.model.rules import Selector
+from reconciler.model.snapshot import MigrationClass, VmDisk, VmRunState, VmState
 from tests.core.builders import vm
 from tests.core.strategies import Case, cases
 
@@ -244,3 +249,104 @@ def test_the_greedy_search_finds_the_move_a_plain_search_finds(
             v, t, _ = found
             board.move(v, t)  # the listings of both hosts are made again
             moved.add(v)
+
+
+def _vm_info_plainly(
+    vm: VmState, spec: BalancePolicySpec, index: int, in_flight: bool, shadow: bool
+) -> VmInfo:
+    """One VM's view made field by field from ``capacity``, ``movable`` and ``hugepages``."""
+    vcpus, memory, cpu, mem = vm_loads(vm, spec)
+    fixed = why_fixed(vm, spec)
+    page_kib, pages = need_of(vm) or (0, 0)
+    return VmInfo(
+        index=index,
+        name=vm.name,
+        labels=vm.labels,
+        vcpus=vcpus,
+        memory=memory,
+        cpu_load=cpu,
+        mem_load=mem,
+        in_flight=in_flight,
+        migratable=fixed is None,
+        shadow=shadow,
+        fixed=fixed or "",
+        copy_bytes=copy_bytes(vm, memory),
+        migration_class=vm.migration_class,
+        disks=tuple(d.target for d in vm.disks if not d.shared),
+        disk_bytes=vm.disk_bytes,
+        refused_by=tuple(sorted(vm.refused_by.items())),
+        page_kib=page_kib,
+        pages=pages,
+        dirty_rate=vm.dirty_rate if memory else None,
+    )
+
+
+sightings_changes = st.fixed_dictionaries(
+    {
+        "state": st.sampled_from(list(VmRunState)),
+        "cpu_used": st.one_of(st.none(), st.floats(0, 8)),
+        "memory_used": st.one_of(st.none(), st.integers(0, 2**34)),
+        "migration_class": st.sampled_from(list(MigrationClass)),
+        "migratable": st.booleans(),
+        "disks": st.lists(
+            st.builds(
+                VmDisk,
+                target=st.sampled_from(["vda", "vdb"]),
+                source=st.just("/d"),
+                shared=st.booleans(),
+            ),
+            max_size=2,
+        ),
+        "disk_bytes": st.integers(0, 2**36),
+        "refused_by": st.dictionaries(st.sampled_from(["h0", "h1"]), st.just("cpu"), max_size=2),
+        "dirty_rate": st.one_of(st.none(), st.integers(0, 2**30)),
+        "hugepage_kib": st.sampled_from([None, 2048]),
+        "hugepages": st.integers(0, 4),
+    }
+)
+
+
+@SETTINGS
+@given(cases(), st.data(), st.sampled_from(list(Basis)), st.booleans(), st.booleans())
+def test_a_vm_made_under_one_policy_is_the_vm_made_field_by_field(
+    case: Case, data: st.DataObject, basis: Basis, in_flight: bool, shadow: bool
+) -> None:
+    spec = case[0].policy.spec.model_copy(update={"basis": basis})
+    for i, observed in enumerate(case[1].vms):
+        seen = observed.model_copy(update=data.draw(sightings_changes))
+        made = vm_info(seen, spec, i, in_flight=in_flight, shadow=shadow)
+        assert made == _vm_info_plainly(seen, spec, i, in_flight, shadow)
+
+
+@SETTINGS
+@given(cases(), st.sampled_from([EPSILON, 0.5, 2.0, 10.0, 25.0]), st.integers(1, 4))
+def test_a_vm_too_small_for_every_target_narrows_no_gap_by_the_margin(
+    case: Case, need: float, n_tgt: int
+) -> None:
+    desired, snap, _ = case
+    model, state = build(desired, snap)
+    w_cpu, w_mem = model.weights.cpu * 100.0, model.weights.memory * 100.0
+    for hosts in model.arches.values():
+        board = _Board(state, hosts)
+        for s_score, _, s in board.order[::-1][:3]:
+            rest: list[Target] = []
+            for t_score, t_name, t in board.order[:n_tgt]:
+                if t == s or t_score >= s_score - need:
+                    continue
+                h = model.hosts[t]
+                loaded = h.cpu_den > 0 and h.usable_memory > 0
+                cpu, mem, gap = state.cpu_load[t], state.mem_load[t], s_score - t_score
+                rest.append((t_name, t, loaded, cpu, h.cpu_den, mem, h.usable_memory, gap, 0, 0, 0))
+            if not rest:
+                continue
+            k_cpu, k_mem, small = _too_small(rest, w_cpu, w_mem, s_score, need - EPSILON)
+            for v in sorted(state.vms_on[s]):
+                vm = model.vms[v]
+                s_after = state.score_with(s, v, -1)
+                if s_score - s_after + vm.cpu_load * k_cpu + vm.mem_load * k_mem >= small:
+                    continue
+                for _, _, _, cpu, den, mem, usable, gap, *_ in rest:  # as the search works out
+                    t_after = (
+                        w_cpu * (cpu + vm.cpu_load) / den + w_mem * (mem + vm.mem_load) / usable
+                    )
+                    assert gap - abs(s_after - t_after) < need - EPSILON
