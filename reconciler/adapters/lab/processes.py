@@ -52,7 +52,8 @@ def stopped(pid: int) -> bool:
         tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
     except (OSError, ValueError):
         return False
-    return all(_proc_state(pid, task) in ("T", None) for task in tasks)
+    # a thread that has exited (Z, X) or gone meanwhile (None) answers nothing either
+    return all(_proc_state(pid, task) in ("T", "Z", "X", None) for task in tasks)
 
 
 def freeze(pid: int, timeout: float = 5.0) -> bool:
