@@ -92,6 +92,8 @@ class Solution:
     not proven."""
     preferred: int
     """Preferred host rules broken by the final placement (of the scope's VMs)."""
+    columns: int = 0
+    """(class, host) variables of the model solved (0: not from a solve)."""
 
 
 def scopes(state: State, arches: Sequence[str]) -> list[tuple[str, ...]]:
@@ -467,7 +469,7 @@ def _read(
                 broken += preferred_broken(state, v, h)
                 if h != s:
                     out[v] = h
-    return Solution(out, optimal, broken)
+    return Solution(out, optimal, broken, len(cols))
 
 
 def preferred_broken(state: State, v: int, h: int) -> int:

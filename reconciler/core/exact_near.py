@@ -17,6 +17,12 @@ heuristic's plan is the incumbent instead, and small parts of it are solved agai
 
 The neighbourhoods are visited hottest first, again while a pass improves, within
 ``NEAR_SOLVES`` solves of at most ``NEAR_COLUMNS`` variables and ``NEAR_NODES`` nodes each.
+Then the plan's moves are chosen again together: every VM the plan moves is free (it may stay
+home, keep its target or end on any host scoring lower than its own), every other VM stays
+where the plan puts it. This drops a move whose VM can stay, makes two moves one, and lets the
+moved VMs trade targets across sources no window holds together. It runs again while it
+improves, within ``MOVED_COLUMNS`` variables over its solves, and ends at a sub-model proven
+optimal.
 No clock decides anything (a solve the clock stops is dropped, as for the whole model), so the
 plan depends on its inputs only. The result is a local optimum, not a proven one.
 """
@@ -46,6 +52,9 @@ NEAR_TIME_LIMIT = 60.0
 ten times slower (a cut-off solve is dropped, and the plan would then depend on the load)."""
 NEAR_SOLVES = 16
 """Sub-models solved per scope at most: the work budget."""
+MOVED_COLUMNS = 1_200
+"""Variables of the sub-models of the moved VMs, summed over their solves: their work budget
+(one model of all the moves of a 40-host plan has 300-1,100)."""
 
 
 def search(
@@ -70,6 +79,21 @@ def search(
         set(ranked[i : i + NEAR_SOURCES]) for i in range(max(1, len(ranked) - NEAR_SOURCES + 1))
     ]
     best = dict(incumbent)
+
+    def better(free: set[int], columns: int) -> tuple[dict[int, int] | None, exact.Solution | None]:
+        """A placement cheaper than ``best`` where only the ``free`` VMs are placed again
+        (None when the sub-model finds none), and the sub-model's solution."""
+        found = _solve_part(before, hosts_of, best, free, score, needed, must_be, target, columns)
+        if found is None:
+            return None, None
+        trial = {v: t for v, t in best.items() if v not in free}
+        trial.update(found.target)
+        if _cost(before, hosts_of, trial) >= _cost(before, hosts_of, best):
+            return None, found
+        if exact.order(before, trial, needed.__contains__) is None:
+            return None, found
+        return trial, found
+
     solves = 0
     improved = True
     while improved and solves < NEAR_SOLVES:
@@ -79,17 +103,19 @@ def search(
                 break
             solves += 1
             free = {v for h in sources for v in before.vms_on[h] if movable(v)}
-            found = _solve_part(before, hosts_of, best, free, score, needed, must_be, target)
-            if found is None:
-                continue
-            trial = {v: t for v, t in best.items() if v not in free}
-            trial.update(found.target)
-            if _cost(before, hosts_of, trial) >= _cost(before, hosts_of, best):
-                continue
-            if exact.order(before, trial, needed.__contains__) is None:
-                continue
+            trial, _ = better(free, NEAR_COLUMNS)
+            if trial is not None:
+                best, improved = trial, True
+    # Then the moves chosen again together, within MOVED_COLUMNS variables over the solves.
+    # A sub-model proven optimal ends it: the next one's choices are a subset of its own.
+    budget = MOVED_COLUMNS
+    while budget > 0:
+        trial, found = better({v for v in best if movable(v)}, budget)
+        if trial is not None:
             best = trial
-            improved = True
+        if trial is None or found is None or found.optimal:
+            break
+        budget -= found.columns
     if best == incumbent:
         return None
     return exact.Solution(best, False, _cost(before, hosts_of, best) - len(best))
@@ -115,8 +141,10 @@ def _solve_part(
     needed: Collection[int],
     must_be: Mapping[int, int],
     target: Mapping[str, float],
+    columns: int,
 ) -> exact.Solution | None:
-    """The fewest moves of the ``free`` VMs, every other VM where ``best`` puts it."""
+    """The fewest moves of the ``free`` VMs, every other VM where ``best`` puts it, in a model
+    of at most ``columns`` variables."""
     work = before.copy()
     for v, t in best.items():
         if v not in free:
@@ -136,7 +164,7 @@ def _solve_part(
         target,
         narrow=narrow,
         memory=False,
-        columns=NEAR_COLUMNS,
+        columns=columns,
         seconds=NEAR_TIME_LIMIT,
         nodes=NEAR_NODES,
     )

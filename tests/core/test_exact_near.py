@@ -13,9 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core import exact, exact_near
+from reconciler.core.balance import spread_of
+from reconciler.core.state import State, build
 from reconciler.model.plan import Plan
 from tests.core.builders import desired, host, host_state, snapshot, vm
-from tests.core.test_exact import Case, _steps_keep_rules, cases, run
+from tests.core.test_exact import Case, _oracle, _steps_keep_rules, cases, run
 
 
 def _searched(d: Case) -> Plan:
@@ -117,3 +119,66 @@ def test_every_solve_is_bounded_by_its_nodes_with_the_clock_far_above(
         assert o["time_limit"] >= 60.0, o
     assert options[0]["node_limit"] == exact.NODE_LIMIT
     assert options[whole]["node_limit"] == exact_near.NEAR_NODES
+
+
+def _without_moved_pass(d: Case) -> Plan:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(exact, "EXACT_COLUMNS", 0)
+        mp.setattr(exact_near, "MOVED_COLUMNS", 0)
+        return run(*d)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.randoms(use_true_random=False))
+def test_choosing_the_moves_again_never_adds_moves_breaks_a_rule_or_the_threshold(
+    case: Case, rnd: random.Random
+) -> None:
+    searched, windows_only = _searched(case), _without_moved_pass(case)
+    d, s = case
+    _steps_keep_rules(d, s, searched, rnd)
+    assert _moves(searched) <= _moves(windows_only)
+    least, threshold = _oracle(d, s), d.policy.spec.threshold
+    if least is not None and all(sp.after <= threshold + 1e-6 for sp in searched.spreads):
+        assert _moves(searched) >= least  # no plan meeting every rule has fewer moves
+    for a, b in zip(searched.spreads, windows_only.spreads, strict=True):
+        assert a.after <= max(b.after, d.policy.spec.threshold) + 1e-6, (a, b)
+    assert _searched(case).plan_id == searched.plan_id
+
+
+def _with_a_spare_move() -> tuple[State, dict[str, tuple[int, ...]], dict[int, int], int]:
+    """The state of ``_bigger_vms`` plus a small VM on c1, and a plan reaching the threshold
+    that also moves that small VM to c2 for nothing."""
+    d, s = _bigger_vms()
+    s = s.model_copy(update={"vms": [*s.vms, vm("tiny", "c1", memory_gib=0.25)]})
+    model, state = build(d, s)
+    plan = _heuristic((d, s))
+    incumbent = {model.vm_index[m.vm]: model.host_index[m.target] for m in plan.deferred}
+    incumbent.update({model.vm_index[m.vm]: model.host_index[m.target] for m in plan.moves})
+    tiny = model.vm_index["tiny"]
+    assert tiny not in incumbent
+    incumbent[tiny] = model.host_index["c2"]
+    hosts_of = {a: tuple(h) for a, h in model.arches.items()}
+    after = state.copy()
+    for v, t in incumbent.items():
+        after.move(v, t)
+    assert all(spread_of(after, h) <= 20 for h in hosts_of.values())
+    return state, hosts_of, incumbent, tiny
+
+
+def test_the_moves_chosen_again_drop_a_move_whose_vm_can_stay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state, hosts_of, incumbent, tiny = _with_a_spare_move()
+    monkeypatch.setattr(exact_near, "NEAR_SOLVES", 0)  # no window: only the moved VMs again
+
+    def search() -> exact.Solution | None:
+        target = dict.fromkeys(hosts_of, 20.0)
+        return exact_near.search(state, hosts_of, incumbent, lambda v: True, (), {}, target)
+
+    found = search()
+    assert found is not None
+    assert tiny not in found.target
+    assert len(found.target) < len(incumbent)
+    assert set(found.target) <= set(incumbent)  # only VMs the plan moved may move
+    monkeypatch.setattr(exact_near, "MOVED_COLUMNS", 0)
+    assert search() is None  # without the pass, nothing else finds it
