@@ -283,8 +283,10 @@ class ActingPath:
 
         overrides = self.request.observe.overrides()
         if desired.policy.spec.basis is Basis.ALLOCATED and "sample_interval" not in overrides:
-            # on basis allocated no decision reads a CPU reading: no pause for a second sample
+            # on basis allocated no decision reads a CPU reading: none is taken, neither by
+            # the round's look nor by the fresh looks of admission (a third of their time)
             overrides["sample_interval"] = 0
+            overrides["cpu_samples"] = False
         observe = observe_settings(
             desired.cluster,
             **{k: v for k, v in overrides.items() if k in ("connect_timeout", "call_timeout")},

@@ -14,6 +14,7 @@ from reconciler.adapters.libvirt.observer import observe_cluster
 from reconciler.config import load_desired
 from reconciler.errors import LabError
 from reconciler.model.cluster import Cluster
+from reconciler.model.snapshot import Snapshot
 from tests.lab_fixtures import start_lab_or_skip
 
 
@@ -178,6 +179,42 @@ def test_lab_runs_real_vms(lab: Lab, lab_cluster: Cluster) -> None:
         again = observe_cluster(lab_cluster, sample_interval=0.3)
         measured |= {vm.name for vm in again.vms if vm.dirty_rate is not None}
     assert measured == {vm.name for vm in snap.vms}
+
+
+@pytest.mark.lab
+def test_a_look_without_cpu_samples_sees_the_same_and_asks_for_no_cpu(
+    lab: Lab, lab_cluster: Cluster
+) -> None:
+    full = observe_cluster(lab_cluster, sample_interval=0)
+    quick = observe_cluster(lab_cluster, sample_interval=0, cpu_samples=False)
+
+    def seen(snap: Snapshot) -> set[tuple[object, ...]]:
+        return {
+            (
+                v.name,
+                v.host,
+                v.uuid,
+                v.state,
+                v.vcpus,
+                v.memory_max,
+                v.memory_current,
+                v.persistent,
+                v.migratable,
+                tuple(sorted(v.labels.items())),
+            )
+            for v in snap.vms
+        }
+
+    assert seen(quick) == seen(full)
+    assert {v.name for v in quick.vms} == {v.name for v in lab.vms}
+    # no CPU figure at all: neither sample was taken, so none can be made up
+    assert all(v.cpu_used is None for v in quick.vms)
+    assert all(v.cpu_used is not None for v in full.vms)
+    assert all(h.cpu_utilisation is None for h in quick.hosts)
+    # one sweep: neither getCPUStats nor the second getAllDomainStats (with the interval 0
+    # of both, no dirty rate calculation is started by either)
+    full_calls = {h.name: h.libvirt_calls for h in full.hosts}
+    assert {h.name: h.libvirt_calls + 3 for h in quick.hosts} == full_calls
 
 
 @pytest.mark.lab

@@ -64,6 +64,10 @@ _STATS: Final = (
     | libvirt.VIR_DOMAIN_STATS_VCPU
     | dirty_rate.STATS
 )
+_STATS_WITHOUT_CPU: Final = (
+    libvirt.VIR_DOMAIN_STATS_STATE | libvirt.VIR_DOMAIN_STATS_BALLOON | dirty_rate.STATS
+)
+"""A look without CPU samples: a VM's vCPU count then comes from its live XML."""
 KEEPALIVE_COUNT: Final = 3
 """Unanswered keepalive messages after which libvirt drops a remote connection."""
 STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
@@ -85,6 +89,10 @@ class ProbeSettings:
     shared_paths: tuple[str, ...]
     compatibility: bool = False
     """Ask each host which of the VMs observed it would refuse (``compatibility``)."""
+    cpu_samples: bool = True
+    """Take the two CPU samples; without them the look is one sweep that asks libvirt for
+    no CPU figure (the costliest stats: libvirt reads them per VM and vCPU), and every CPU
+    figure of the host and its VMs stays unknown. For looks no decision reads CPU from."""
 
 
 @dataclass
@@ -128,9 +136,10 @@ class Probe:
     first_at: float = 0.0
     """Midpoint of the first ``getAllDomainStats`` (monotonic), the start of the CPU interval."""
     one_sample: bool = False
+    """No second CPU sample: none is wanted (``cpu_samples``) or it would only repeat the
+    first (``repeats_first_sample``)."""
     dirty_started: bool = False
     """Dirty rate calculations were started: the second sweep reads them (``dirty_rate``)."""
-    """A second CPU sample would only repeat the first (``repeats_first_sample``): not taken."""
     borrow: Callable[[], Any] | None = None
     """Gives the host's connection from the command's pool instead of opening one; a borrowed
     connection is left open when the observation ends."""
@@ -250,10 +259,11 @@ def first_sweep(probe: Probe) -> None:
     host = capabilities_host(caps)
     hugepages = free_hugepages(probe, huge_page_sizes(host))
     before = time.monotonic()
-    records = probe.call("getAllDomainStats", conn.getAllDomainStats, _STATS, 0)
+    flags = _STATS if s.cpu_samples else _STATS_WITHOUT_CPU
+    records = probe.call("getAllDomainStats", conn.getAllDomainStats, flags, 0)
     probe.first_at = (before + time.monotonic()) / 2
-    probe.one_sample = repeats_first_sample(probe.uri, records)
-    if probe.settings.sample_interval > 0 and not in_process(probe.uri):
+    probe.one_sample = not s.cpu_samples or repeats_first_sample(probe.uri, records)
+    if s.cpu_samples and s.sample_interval > 0 and not in_process(probe.uri):
         probe.dirty_started = dirty_rate.start(probe, records)
     if not probe.one_sample:
         probe.cpu_first = probe.call(

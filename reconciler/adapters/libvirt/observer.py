@@ -117,6 +117,7 @@ def observe_cluster(
     now: datetime | None = None,
     borrow: Callable[[str], Any] | None = None,
     compatibility: bool = True,
+    cpu_samples: bool = True,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``.
 
@@ -132,7 +133,10 @@ def observe_cluster(
     cluster cannot share them and open their own. ``compatibility`` asks each host which VMs
     of the others it would refuse (``compatibility``), over the connection it is observed on;
     what it could not be asked then (a kind of VM observed after it) over the command's
-    connections, else over one of its own per host, opened only for that.
+    connections, else over one of its own per host, opened only for that. Without
+    ``cpu_samples`` each host is looked at once, without asking for any CPU figure (those of
+    the host and its VMs stay unknown) and without starting dirty rate calculations: for a
+    look no decision reads CPU from, about a third of the time of one with them.
     """
     s = observe_settings(
         cluster,
@@ -156,6 +160,7 @@ def observe_cluster(
         sample_interval=s.sample_interval,
         shared_paths=s.shared_paths,
         compatibility=compatibility,
+        cpu_samples=cpu_samples,
     )
     answers: dict[str, HostAnswers] = {}
 
