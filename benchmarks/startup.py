@@ -14,6 +14,9 @@ Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` unset for the children, after a 
 an installed package runs. Medians over the rounds; the ratio is the plan's start against the
 interpreter's in the same round.
 
+With ``--before DIR`` (an earlier version's package, e.g. ``git archive BASE reconciler | tar
+-x -C DIR``) that version's ``plan`` runs in the same rounds, imported from ``DIR`` first.
+
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/startup.py --rounds 9``
 """
 
@@ -90,7 +93,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--target", type=float, default=0.15, help="seconds to the plan's start")
+    ap.add_argument("--before", type=Path, help="an earlier version's tree, run alongside")
     args = ap.parse_args()
+    before = None
+    if args.before is not None:
+        before = PLAN.replace(
+            "from reconciler.cli import main",
+            f"sys.path.insert(0, {str(args.before.resolve())!r})\nfrom reconciler.cli import main",
+        )
     with tempfile.TemporaryDirectory() as tmp:
         snapshot = example_snapshot(Path(tmp))
         inputs = f"{EXAMPLE},{snapshot}"
@@ -102,10 +112,15 @@ def main() -> int:
             "pydantic": [],
             "plan": [],
         }
+        if before is not None:
+            timed(before, inputs, argv)
+            rows["before"] = []
         for _ in range(args.rounds):
             rows["python"].append(timed(FLOOR, inputs, []))
             rows["pydantic"].append(timed(PYDANTIC, inputs, []))
             rows["plan"].append(timed(PLAN, inputs, argv))
+            if before is not None:
+                rows["before"].append(timed(before, inputs, argv))
     print(f"load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, medians")
     print(f"{'process':<10} {'start s':>8} {'end s':>7} {'CPU s':>6} {'start / python':>15}")
     floor = statistics.median(s for s, _, _ in rows["python"])

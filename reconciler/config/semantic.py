@@ -588,8 +588,12 @@ def semantic_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     """Every cross-document problem of one cluster."""
     from reconciler.config.load_checks import load_findings
     from reconciler.config.recovery_checks import recovery_findings
-    from reconciler.config.rollout_checks import rollout_findings
 
     found = [finding for check in CHECKS for finding in check(desired, src)]
     found += load_findings(desired.policy.spec, src.policy)
-    return found + recovery_findings(desired, src.policy) + rollout_findings(desired, src)
+    found += recovery_findings(desired, src.policy)
+    if desired.rollouts:  # the rollout steps' modules: only for a cluster that has rollouts
+        from reconciler.config.rollout_checks import rollout_findings
+
+        found += rollout_findings(desired, src)
+    return found

@@ -11,23 +11,25 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from reconciler.core.load_samples import HostSample
 from reconciler.model.acting import Loaded, Record, Recorded
-from reconciler.model.audit import Comment, PullRequest, RepoCommit
-from reconciler.model.load import LoadSamples
 from reconciler.model.migration import MigrationProgress, MigrationResult
-from reconciler.model.plan import Move
-from reconciler.model.recovery import (
-    Fence,
-    FenceResult,
-    PowerStatus,
-    RecordedSighting,
-    RecoveryState,
-)
-from reconciler.model.snapshot import ReconcilerState, Snapshot
-from reconciler.model.status import ReconcileStatus
+
+if TYPE_CHECKING:  # only named in signatures: a command imports the models it uses itself
+    from reconciler.core.load_samples import HostSample
+    from reconciler.model.audit import Comment, PullRequest, RepoCommit
+    from reconciler.model.load import LoadSamples
+    from reconciler.model.plan import Move
+    from reconciler.model.recovery import (
+        Fence,
+        FenceResult,
+        PowerStatus,
+        RecordedSighting,
+        RecoveryState,
+    )
+    from reconciler.model.snapshot import ReconcilerState, Snapshot
+    from reconciler.model.status import ReconcileStatus
 
 # MigrationProgress and MigrationResult live in the model, where adapters can reach them too
 __all__ = [

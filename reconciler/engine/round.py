@@ -34,9 +34,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from reconciler.core import duplicates, intents, planner, rounds
-from reconciler.core.rollout_vms import during_rollouts
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.observed import require_observed
 from reconciler.engine.ports import (
@@ -48,7 +48,6 @@ from reconciler.engine.ports import (
     Observer,
     StatusStore,
 )
-from reconciler.engine.rollouts import RolloutPorts, RolloutRound, carry_out, look
 from reconciler.errors import ReconcilerError, TerminalError, TransientError
 from reconciler.model.acting import Record
 from reconciler.model.desired import DesiredState
@@ -56,6 +55,9 @@ from reconciler.model.history import History
 from reconciler.model.plan import Plan
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import Duplicate, MoveResult, ReconcileStatus, RoundOutcome
+
+if TYPE_CHECKING:  # the rollout engine is imported by the rounds of a cluster with rollouts
+    from reconciler.engine.rollouts import RolloutPorts, RolloutRound
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +356,8 @@ def _round(
         if held.snapshot is not None:
             snapshot = held.snapshot
             report.snapshot = snapshot
+        from reconciler.core.rollout_vms import during_rollouts
+
         planned = during_rollouts(desired, held.out, held.keep_out)
     plan = planner.plan(planned, snapshot, history, now=now)
     report.plan = plan
@@ -422,6 +426,8 @@ def _rollouts(
 ) -> RolloutRound:
     """The rollouts carried on as far as they go now, in a round that acts on a cluster
     observed completely once; otherwise only what they hold (nothing is done)."""
+    from reconciler.engine.rollouts import RolloutRound, carry_out, look
+
     if act and history.observed_since is not None:
         hold = ports.hold
 

@@ -53,11 +53,11 @@ class FolderSource:
         return Loaded(desired=desired, placement_changed_at=self.placement.modified_at())
 
     def record(self, record: Record) -> Recorded:
-        from reconciler.config import yaml_edit  # ruamel.yaml: only when a record is written
-
         now = self.placement.read()
         if not record.placement or now is None:
             return Recorded()
+        from reconciler.config import yaml_edit  # ruamel.yaml: only when a record is written
+
         name = self.placement.describe()
         base = yaml_edit.placement_entries(self._read if self._loaded else now, file=name)
         write, kept = yaml_edit.three_way(

@@ -150,3 +150,35 @@ def test_the_check_sees_an_import() -> None:
     code, modules = imported_by("validate", EXAMPLE)
     assert code == 0
     assert loaded(modules, ("reconciler.config", "pydantic")) == ["reconciler.config", "pydantic"]
+
+
+def test_an_apply_without_rollouts_imports_no_rollout_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look at a cluster that declares no rollout, and writes nothing: no rollout engine,
+    no comment-keeping YAML writer, no worker processes' pickling."""
+    from reconciler.adapters import lab as lab_api
+
+    lab = lab_api.start_lab(tmp_path / "lab", driver="test")
+    monkeypatch.setenv("RECONCILER_LOCK_DIR", str(tmp_path / "locks"))
+    code, modules = imported_by(
+        "apply", lab.cluster_dir, "--dry-run", "--state-dir", tmp_path / "state"
+    )
+    assert code == 0
+    assert "reconciler.engine.round" in modules  # it did run a round
+    assert "libvirt" in modules
+    unused = (
+        "reconciler.engine.rollouts",
+        "reconciler.core.rollout",
+        "reconciler.core.rollout_vms",
+        "reconciler.config.rollout_checks",
+        "reconciler.config.yaml_edit",
+        "ruamel",
+        "pickle",
+        "scipy",
+        "watchfiles",
+        "tooz",
+        "httpx",
+        "git",
+    )
+    assert loaded(modules, unused) == []

@@ -20,14 +20,12 @@ others' time.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import gc
 import heapq
 import logging
 import os
-import pickle
 import sys
 import threading
 import time
@@ -214,6 +212,8 @@ def _one_malloc_arena() -> None:
     so only the worker process sets it (not a long-running ``run`` with threads of its own);
     elsewhere than glibc there is no ``mallopt`` and nothing happens.
     """
+    import ctypes  # the worker process's only
+
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
 
@@ -228,6 +228,8 @@ def child_main() -> None:
     It runs without the cyclic garbage collector: what it allocates is freed by reference
     counting or at its exit, and the collector would only rescan it.
     """
+    import pickle  # the worker process's only
+
     gc.disable()
     _one_malloc_arena()
     hosts, settings, threads = pickle.load(sys.stdin.buffer)

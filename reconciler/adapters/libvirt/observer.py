@@ -16,8 +16,6 @@ import contextlib
 import gc
 import math
 import os
-import pickle
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -267,6 +265,9 @@ def _fan_out(
     threads stuck in libvirt, and a fork would inherit their locks. Each sends its hosts
     one at a time (``observe_pool.child_main``), read here one at a time.
     """
+    import pickle  # a large cluster's only: small ones never pay the import
+    import subprocess
+
     shares = [hosts[k::processes] for k in range(processes)]
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, *sys.path])}
