@@ -22,6 +22,7 @@ from reconciler.adapters.git.runner import (
 )
 from reconciler.errors import GitError, RemoteUnreachable, TransientError
 from reconciler.redact import scrub
+from tests.waiting import waited
 
 
 def _header(remote: Remote, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -110,10 +111,7 @@ def test_a_call_past_its_timeout_is_stopped_with_its_children() -> None:
     # the whole process group was killed, the sleep too. SIGKILL is delivered at once but a
     # process ends only when it next runs, which on a busy machine can take a moment: wait for
     # that, bounded far below the 31 s the sleep would live if it had been left alone
-    deadline = time.monotonic() + 10
-    while _sleeps() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _sleeps()
+    assert waited(lambda: not _sleeps(), 10, every=0.05) is not None, _sleeps()
 
 
 def _sleeps() -> list[Path]:

@@ -10,7 +10,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -19,6 +19,7 @@ from reconciler.adapters.http.server import HttpServer, parse_listen
 from reconciler.engine.health import Health
 from reconciler.engine.metrics import Metrics
 from reconciler.errors import ConfigError
+from tests.waiting import waited
 
 SECRET = "s3cret"
 PUSH = json.dumps({"ref": "refs/heads/main", "after": "abc"}).encode()
@@ -229,15 +230,6 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
     return True
 
 
-def _wait_for(condition: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def test_300_idle_or_half_sent_connections_hold_a_bounded_number_of_threads(
     tight: Tight, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,7 +248,7 @@ def test_300_idle_or_half_sent_connections_hold_a_bounded_number_of_threads(
         assert peak <= 16 + 1, f"{peak} threads for 300 connections"
         # the server still answers once the idle ones are gone: every one is closed by it
         assert all(_closed_by_server(s, within=5) for s in socks)
-        assert _wait_for(lambda: threading.active_count() <= before, within=30)
+        assert waited(lambda: threading.active_count() <= before, 30, every=0.05) is not None
         assert httpx.get(f"{tight.url}/healthz").status_code == 200
     finally:
         for sock in socks:
@@ -285,7 +277,7 @@ def test_clients_that_go_away_leave_no_traceback(
     # connections are accepted in order: once a later request is answered (200, or 503 while
     # all 16 are busy) every one above was taken; once none is open, each has been handled
     assert httpx.get(f"{tight.url}/healthz", timeout=30).status_code in (200, 503)
-    assert _wait_for(lambda: tight.server.server.connections == 0, within=30)
+    assert waited(lambda: tight.server.server.connections == 0, 30, every=0.05) is not None
     assert httpx.get(f"{tight.url}/healthz").status_code == 200
     err = capfd.readouterr().err
     assert "Traceback" not in err

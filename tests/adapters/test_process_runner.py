@@ -17,6 +17,7 @@ import pytest
 from reconciler.adapters.processes.runner import run_command
 from reconciler.redact import MASK
 from tests.lab_fixtures import pid_alive
+from tests.waiting import waited
 
 GRANDCHILD_LIFE = 30
 """Seconds the grandchild of these tests would hold the pipe if nobody killed it."""
@@ -118,10 +119,8 @@ def test_what_a_command_leaves_in_its_group_is_killed_when_it_exits(tmp_path: Pa
     result = run_command([cmd], timeout=10)
     assert result.ok
     left = int(pid.read_text())
-    deadline = time.monotonic() + 10  # a killed process ends when it next runs: bounded wait
-    while pid_alive(left) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if pid_alive(left):
+    # a killed process ends when it next runs: a bounded wait
+    if waited(lambda: not pid_alive(left), 10, every=0.02) is None:
         os.kill(left, signal.SIGKILL)
         pytest.fail("the background child outlived the command")
 

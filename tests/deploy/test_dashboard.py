@@ -26,6 +26,7 @@ import pytest
 from reconciler.cli import main
 from tests.deploy import live
 from tests.deploy.promtools import DASHBOARD, DEPLOY, RULES, binary
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.libvirt
 
@@ -71,7 +72,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     api = live.PromApi(url)
     started = time.time()
     try:
-        live.wait_for(lambda: api.ready() or not prometheus.alive(), 30, "Prometheus ready")
+        wait_for(lambda: api.ready() or not prometheus.alive(), 30, "Prometheus ready")
         assert prometheus.alive(), prometheus.tail()
         query = f'sum(count_over_time(reconciler_reconciles_total{{cluster="{CLUSTER}"}}[1m]))'
 
@@ -80,10 +81,10 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             result = api.query(query)
             return bool(result) and float(result[0]["value"][1]) >= 2 * 8  # 8 scrapes, 2 series
 
-        live.wait_for(scraped_enough, 60, "8 scrapes of reconciler run")
+        wait_for(scraped_enough, 60, "8 scrapes of reconciler run")
         # and a round that read every host's window (half of it covered in the lab's Prometheus)
         window = f'reconciler_host_cpu_percent{{cluster="{CLUSTER}",over="window"}}'
-        live.wait_for(lambda: len(api.query(window)) == 3, 90, f"windows from {lab_prometheus}")
+        wait_for(lambda: len(api.query(window)) == 3, 90, f"windows from {lab_prometheus}")
         yield Live(api, run, prometheus, started)
     finally:
         run.stop()

@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_run_cli import _port, wait_for
+from tests.e2e.test_run_cli import _port
 from tests.fleets import write_fleet
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,9 +28,10 @@ import httpx
 import pytest
 
 from tests.adapters.test_lease_tooz import ETCD, Etcd
-from tests.e2e.test_run_cli import _port, wait_for
+from tests.e2e.test_run_cli import _port
 from tests.fleets import write_fleet
 from tests.gitrepos import state_remote
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = int(os.environ.get("RECONCILER_FLEET_CLUSTERS", "15"))

@@ -21,7 +21,8 @@ from reconciler.cli import main
 from reconciler.core.load_samples import HostSample, added
 from reconciler.model.load import LoadSpec
 from tests.e2e.test_plan_cli import reconciler
-from tests.e2e.test_run_cli import REPO, wait_for
+from tests.e2e.test_run_cli import REPO
+from tests.waiting import wait_for
 
 POLICY = (
     "apiVersion: placement/v1alpha1\nkind: BalancePolicy\nmetadata: {name: lab}\n"

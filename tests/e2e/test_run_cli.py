@@ -11,12 +11,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = (
@@ -74,16 +74,6 @@ class Instance:
             self.proc.kill()
         self.proc.wait()
         self.log.close()
-
-
-def wait_for(check: Callable[[], object], timeout: float = 60) -> float:
-    """Seconds until ``check()`` holds; generous by default, as a process starting on a loaded
-    machine may take many seconds to answer."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, "timed out"
-        time.sleep(0.1)
-    return time.monotonic() - start
 
 
 @pytest.fixture

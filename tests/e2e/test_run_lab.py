@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
 from reconciler.config.yaml_edit import set_placement
 from tests.e2e.test_apply_cli import assert_settled, assert_sound, domains
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("libvirt")
@@ -88,12 +88,8 @@ def metric(port: int, name: str, labels: str = "") -> float | None:
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, log: Path) -> float:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if check():
-            return time.monotonic() - began
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout}s\n{log.read_text()[-3000:]}")
+    """``wait_for`` with the end of the run's ``log`` in its failure."""
+    return wait_for(check, timeout, what, every=0.25, context=lambda: log.read_text()[-3000:])
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
