@@ -13,6 +13,7 @@ import pytest
 
 from reconciler.adapters.lab import node_xml
 from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
+from reconciler.adapters.libvirt.observe_host import STATIC_FACTS
 from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.adapters.libvirt.recorder import LibvirtRecorder
 from reconciler.errors import HostUnreachable
@@ -43,6 +44,27 @@ def test_one_connection_per_host_shared_by_the_observer_and_the_recorder(tmp_pat
         again = observer.observe_hosts(["kvm-01"])
         assert [v.reconciler.moves for v in again.vms] == [7]  # the same private host
         assert pool.opened == 2
+
+
+def test_a_fresh_look_takes_what_lasts_of_a_host_from_the_last_observation(
+    tmp_path: Path,
+) -> None:
+    cluster = cluster_of(("kvm-01", node(tmp_path, "a")), ("kvm-02", node(tmp_path, "b")))
+    with ConnectionPool({h.name: h.uri for h in cluster.spec.hosts}) as pool:
+        observer = LibvirtClusterObserver(cluster, pool=pool, sample_interval=0)
+        full = {h.name: h for h in observer.observe().hosts}
+        fresh = observer.observe_hosts(["kvm-01"]).hosts[0]
+        lasting = set(STATIC_FACTS)
+        assert fresh.model_dump(include=lasting) == full["kvm-01"].model_dump(include=lasting)
+        assert None not in (fresh.cpus, fresh.memory_total, fresh.hypervisor)  # not dropped
+        assert fresh.memory_free == full["kvm-01"].memory_free  # asked again: it changes
+        # neither capabilities, node info, hostname, nor the three versions asked again (nor
+        # free huge pages where the host could not tell them: this driver cannot)
+        assert full["kvm-01"].libvirt_calls - fresh.libvirt_calls in (6, 7)
+        observer.known = {}  # what no observation found is asked
+        asked = observer.observe_hosts(["kvm-01"]).hosts[0]
+        assert asked.libvirt_calls == full["kvm-01"].libvirt_calls
+        assert asked.model_dump(include=lasting) == fresh.model_dump(include=lasting)
 
 
 def test_a_broken_connection_is_reopened_once_and_close_ends_the_pool(tmp_path: Path) -> None:

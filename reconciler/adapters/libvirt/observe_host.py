@@ -75,6 +75,32 @@ STATES: Final[tuple[VmRunState, ...]] = tuple(VmRunState)
 MIGRATABLE_STATES: Final = frozenset({VmRunState.RUNNING, VmRunState.PAUSED, VmRunState.BLOCKED})
 
 
+STATIC_FACTS: Final = (
+    "uuid",
+    "hostname",
+    "arch",
+    "cpu_model",
+    "cpus",
+    "memory_total",
+    "libvirt_version",
+    "hypervisor",
+    "hypervisor_version",
+)
+"""The host facts (``HostState``'s fields) that stay as they are while the host runs."""
+
+
+@dataclass(frozen=True)
+class KnownHost:
+    """What an observation found of a host that does not change while it runs, and the huge
+    page sizes it offers: a later look at it (admission's, seconds later) takes these from
+    here instead of asking again, its capabilities XML above all (the largest answer)."""
+
+    facts: tuple[tuple[str, Any], ...]
+    """``STATIC_FACTS`` with their values."""
+    hugepage_sizes: tuple[int, ...] = ()
+    """KiB, of the sizes it reported free huge pages for."""
+
+
 class Abandoned(Exception):
     """The pool gave up on this host (a call passed its timeout); its thread stops here."""
 
@@ -145,6 +171,8 @@ class Probe:
     connection is left open when the observation ends."""
     questions: Questions | None = None
     """The compatibility questions of this observation; None: none asked."""
+    known: KnownHost | None = None
+    """The host's lasting facts from an earlier look: not asked again."""
     optional: bool = False
     """The call in flight is a compatibility question: past its timeout the host is reported
     as observed (``result``) and refusing nothing, not as unreachable."""
@@ -249,15 +277,12 @@ def first_sweep(probe: Probe) -> None:
         interval = max(1, round(s.call_timeout / (KEEPALIVE_COUNT + 1)))
         with contextlib.suppress(libvirt.libvirtError):
             conn.setKeepAlive(interval, KEEPALIVE_COUNT)
-    caps = probe.call("getCapabilities", conn.getCapabilities)
-    info = probe.call("getInfo", conn.getInfo)
-    hostname = probe.call("getHostname", conn.getHostname)
-    lib_version = probe.call("getLibVersion", conn.getLibVersion)
-    hv_type = probe.call("getType", conn.getType)
-    hv_version = probe.call("getVersion", conn.getVersion)
+    if probe.known is None:
+        lasting, sizes = _lasting_facts(probe)
+    else:
+        lasting, sizes = dict(probe.known.facts), list(probe.known.hugepage_sizes)
     free = probe.call("getFreeMemory", conn.getFreeMemory)
-    host = capabilities_host(caps)
-    hugepages = free_hugepages(probe, huge_page_sizes(host))
+    hugepages = free_hugepages(probe, sizes)
     before = time.monotonic()
     flags = _STATS if s.cpu_samples else _STATS_WITHOUT_CPU
     records = probe.call("getAllDomainStats", conn.getAllDomainStats, flags, 0)
@@ -298,20 +323,32 @@ def first_sweep(probe: Probe) -> None:
     if probe.one_sample and probe.questions is None:
         probe.close()  # done with the host: its state is freed while still in the caches
     # everything below is local work, outside any call's deadline
-    probe.host = {
+    probe.host = {**lasting, "memory_free": int(free), "hugepages_free": hugepages}
+    probe.vms = vms
+
+
+def _lasting_facts(probe: Probe) -> tuple[dict[str, Any], list[int]]:
+    """The host's ``STATIC_FACTS`` and huge page sizes, asked of it."""
+    conn = probe.conn
+    caps = probe.call("getCapabilities", conn.getCapabilities)
+    info = probe.call("getInfo", conn.getInfo)
+    hostname = probe.call("getHostname", conn.getHostname)
+    lib_version = probe.call("getLibVersion", conn.getLibVersion)
+    hv_type = probe.call("getType", conn.getType)
+    hv_version = probe.call("getVersion", conn.getVersion)
+    host = capabilities_host(caps)
+    facts = {
         "uuid": None if host is None else host.findtext("uuid"),
         "hostname": hostname,
         "arch": None if host is None else host.findtext("cpu/arch"),
         "cpu_model": None if host is None else host.findtext("cpu/model"),
         "cpus": int(info[2]),
         "memory_total": int(info[1]) * 1024**2,
-        "memory_free": int(free),
-        "hugepages_free": hugepages,
         "libvirt_version": _version(int(lib_version)),
         "hypervisor": str(hv_type),
         "hypervisor_version": _version(int(hv_version)),
     }
-    probe.vms = vms
+    return facts, huge_page_sizes(host)
 
 
 def huge_page_sizes(host: ET.Element | None) -> list[int]:

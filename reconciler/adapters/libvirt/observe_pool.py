@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import libvirt
@@ -40,6 +40,7 @@ from reconciler.adapters.libvirt.connection import ensure_event_loop
 from reconciler.adapters.libvirt.dirty_rate import WAIT
 from reconciler.adapters.libvirt.observe_host import (
     Abandoned,
+    KnownHost,
     Probe,
     ProbeSettings,
     RawHost,
@@ -170,13 +171,15 @@ def observe_hosts(
     settings: ProbeSettings,
     threads: int,
     borrow: Callable[[str], Any] | None = None,
+    known: Mapping[str, KnownHost] | None = None,
 ) -> list[RawHost]:
     """Observe ``hosts`` (name, URI) with up to ``threads`` threads; results in the same order.
 
     A thread per host that answers over a socket, and one for all in-process ones. With
     ``borrow`` (host name -> open connection, e.g. a ``ConnectionPool``'s ``get``) the hosts
     are observed over those connections, which stay open. With ``settings.compatibility``
-    each host is asked the compatibility questions of the VMs observed so far.
+    each host is asked the compatibility questions of the VMs observed so far. A host of
+    ``known`` (by name) is not asked its lasting facts again.
     """
     if not hosts:
         return []
@@ -192,6 +195,7 @@ def observe_hosts(
             settings=settings,
             borrow=None if borrow is None else functools.partial(borrow, name),
             questions=questions,
+            known=None if known is None else known.get(name),
         )
         for name, uri in hosts
     ]

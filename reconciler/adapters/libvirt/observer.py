@@ -17,7 +17,7 @@ import gc
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +30,12 @@ from reconciler.adapters.libvirt.connection import (
     open_connection,
 )
 from reconciler.adapters.libvirt.domain_xml import passthrough_blocker
-from reconciler.adapters.libvirt.observe_host import ProbeSettings, RawHost
+from reconciler.adapters.libvirt.observe_host import (
+    STATIC_FACTS,
+    KnownHost,
+    ProbeSettings,
+    RawHost,
+)
 from reconciler.adapters.libvirt.observe_pool import observe_hosts
 from reconciler.adapters.libvirt.observe_result import HostResult, host_result
 from reconciler.errors import ConfigError
@@ -116,6 +121,7 @@ def observe_cluster(
     borrow: Callable[[str], Any] | None = None,
     compatibility: bool = True,
     cpu_samples: bool = True,
+    known: Mapping[str, KnownHost] | None = None,
 ) -> Snapshot:
     """A snapshot of every host and VM of ``cluster``.
 
@@ -134,7 +140,9 @@ def observe_cluster(
     connections, else over one of its own per host, opened only for that. Without
     ``cpu_samples`` each host is looked at once, without asking for any CPU figure (those of
     the host and its VMs stay unknown) and without starting dirty rate calculations: for a
-    look no decision reads CPU from, about a third of the time of one with them.
+    look no decision reads CPU from, about a third of the time of one with them. A host of
+    ``known`` (by name: what an earlier look found of it that lasts, ``known_hosts``) is not
+    asked those facts again; a cluster observed by worker processes asks them all.
     """
     s = observe_settings(
         cluster,
@@ -169,11 +177,23 @@ def observe_cluster(
 
     with _without_cyclic_gc():
         if processes == 1:
-            results = _taken(observe_hosts(hosts, probe, threads, borrow), take)
+            results = _taken(observe_hosts(hosts, probe, threads, borrow, known), take)
         else:
             results = _fan_out(hosts, probe, threads, processes, take)
         refused = _refusals(cluster, results, s, borrow, answers) if compatibility else {}
         return _snapshot(cluster.metadata.name, results, taken_at, refused)
+
+
+def known_hosts(snapshot: Snapshot) -> dict[str, KnownHost]:
+    """What ``snapshot`` found of each reachable host that lasts while it runs (``known``)."""
+    return {
+        h.name: KnownHost(
+            facts=tuple((name, getattr(h, name)) for name in STATIC_FACTS),
+            hugepage_sizes=tuple(sorted(h.hugepages_free or ())),
+        )
+        for h in snapshot.hosts
+        if h.reachable
+    }
 
 
 def _refusals(
