@@ -50,8 +50,10 @@ sys.addaudithook(_hook)
 PLAN = (
     HOOKED
     + """\
-from reconciler.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.argv[1:] = sys.argv[2:]
+import reconciler.cli
+# as the console script runs it (main, then the exit), or an earlier version's main
+getattr(reconciler.cli, "main_then_exit", lambda: sys.exit(reconciler.cli.main()))()
 """
 )
 FLOOR = HOOKED + 'sys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
@@ -98,8 +100,8 @@ def main() -> int:
     before = None
     if args.before is not None:
         before = PLAN.replace(
-            "from reconciler.cli import main",
-            f"sys.path.insert(0, {str(args.before.resolve())!r})\nfrom reconciler.cli import main",
+            "import reconciler.cli\n",
+            f"sys.path.insert(0, {str(args.before.resolve())!r})\nimport reconciler.cli\n",
         )
     with tempfile.TemporaryDirectory() as tmp:
         snapshot = example_snapshot(Path(tmp))

@@ -1,3 +1,3 @@
-from reconciler.cli import main
+from reconciler.cli import main_then_exit
 
-raise SystemExit(main())
+main_then_exit()
