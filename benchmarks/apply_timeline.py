@@ -1,6 +1,6 @@
 """What ``reconciler apply`` adds around libvirt's own migrations: a call timeline on the lab.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/apply_timeline.py --lab LAB --rounds 5 [--before DIR]
+    .venv/bin/python benchmarks/apply_timeline.py --lab LAB --rounds 5 [--before DIR]
 
 The same cluster folder and moves as ``apply_vs_libvirt.py`` (every VM to the next host and
 back, ``parallel.cluster: 2``). Each run of ``reconciler apply FOLDER --yes`` is its own
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.apply_vs_libvirt import POLICY, RULES, placement, running
+from apply_vs_libvirt import POLICY, RULES, placement, running
 
 ROOT = Path(__file__).resolve().parents[1]
 
