@@ -52,7 +52,7 @@ def test_a_fresh_look_takes_what_lasts_of_a_host_from_the_last_observation(
     cluster = cluster_of(("kvm-01", node(tmp_path, "a")), ("kvm-02", node(tmp_path, "b")))
     with ConnectionPool({h.name: h.uri for h in cluster.spec.hosts}) as pool:
         observer = LibvirtClusterObserver(cluster, pool=pool, sample_interval=0)
-        full = {h.name: h for h in observer.observe().hosts}
+        full = {str(h.name): h for h in observer.observe().hosts}
         fresh = observer.observe_hosts(["kvm-01"]).hosts[0]
         lasting = set(STATIC_FACTS)
         assert fresh.model_dump(include=lasting) == full["kvm-01"].model_dump(include=lasting)
