@@ -119,7 +119,8 @@ def test_the_vms_balance_may_move_are_those_a_lookup_by_name_finds(
     case: Case, data: st.DataObject
 ) -> None:
     desired, snap, history = case
-    if snap.vms and data.draw(st.booleans()):  # seen again, maybe on a host left out
+    again: bool = data.draw(st.booleans())
+    if snap.vms and again:  # seen again, maybe on a host left out
         stray = data.draw(st.sampled_from(snap.vms))
         update = {
             "host": data.draw(st.sampled_from(["h0", "a-gone", "zz-gone"])),
