@@ -361,6 +361,43 @@ def _too_small(
     return k_cpu, k_mem, short - SLACK * size
 
 
+def _rank_bounds(
+    rest: Sequence[Target],
+    t_scores: Sequence[float],
+    w_cpu: float,
+    w_mem: float,
+    spread: float,
+    mean: float,
+    within: float,
+) -> tuple[float, bool, float, float, float] | None:
+    """(least, reach, a, b, slack): what no move from one source to a target of ``rest``
+    (scoring ``t_scores``) ranks better than, its key at cost 1 as :meth:`_Search.run` makes
+    it. No move brings the spread within the threshold unless ``reach``; its gain's step is
+    at least ``least``; a VM of loads ``cpu`` and ``mem`` (not negative) lowers the squared
+    deviations by at most the source's own part plus ``cpu * a + mem * b``, plus ``slack``
+    and ``SLACK`` of it for rounding. None: no bound (a target of no capacity, or no third
+    host scoring above or below).
+
+    After a move to ``t`` the spread is at least the others' highest less their lowest
+    score, so the gain is at most ``spread`` less that. A target ``u`` points below the
+    mean that gains ``x`` lowers its squared deviation by ``u**2 - (u - x)**2 = 2ux - x**2``,
+    at most ``2ux``, and ``x`` is ``cpu * w_cpu / den + mem * w_mem / usable``."""
+    least, reach, a, b = math.inf, False, 0.0, 0.0
+    size = 1.0 + abs(mean) + abs(spread)
+    for (_, _, loaded, _, den, _, usable, _, _, hi_x, lo_x), t_score in zip(
+        rest, t_scores, strict=True
+    ):
+        if not loaded or math.isinf(hi_x) or math.isinf(lo_x):
+            return None
+        floor = hi_x - lo_x
+        reach = reach or floor <= within
+        least = min(least, -round((spread - floor) / GAIN_STEP))
+        u = max(mean - t_score, 0.0)
+        a, b = max(a, 2.0 * u * w_cpu / den), max(b, 2.0 * u * w_mem / usable)
+        size = max(size, 1.0 + abs(t_score) + abs(hi_x) + abs(lo_x))
+    return least, reach, a, b, SLACK * size * size
+
+
 class _Search:
     """One greedy step: the best qualifying move among the hottest and coolest hosts."""
 
@@ -459,6 +496,8 @@ class _Search:
             if not rest:
                 continue
             k_cpu, k_mem, small = _too_small(rest, w_cpu, w_mem, s_score, short)
+            t_scores = [e[0] for e in targets[: len(rest)]]
+            bounds = _rank_bounds(rest, t_scores, w_cpu, w_mem, spread, mean, within)
             for v, vm, s_after in listed(s):
                 if v in moved or not eligible(v):
                     continue
@@ -472,6 +511,17 @@ class _Search:
                 ):
                     continue
                 s_after_dev = (s_after - mean) ** 2
+                # No move of the VM can rank before the best so far (``_rank_bounds``).
+                if best_key is not None and bounds is not None and v_cpu >= 0.0 and v_mem >= 0.0:
+                    least, reach, a_dev, b_dev, slack = bounds
+                    if reach:
+                        pass
+                    elif best_key[0] == 0 or least > best_key[1]:
+                        continue
+                    elif least == best_key[1]:
+                        most = s_dev - s_after_dev + v_cpu * a_dev + v_mem * b_dev
+                        if -(most + slack + SLACK * abs(most)) > best_key[2]:
+                            continue
                 for t_name, t, loaded, t_cpu, den, t_mem, usable, gap, devs, hi_x, lo_x in rest:
                     if loaded:
                         t_after = w_cpu * (t_cpu + v_cpu) / den + w_mem * (t_mem + v_mem) / usable

@@ -53,7 +53,9 @@ FOREIGN_LIVE = timedelta(minutes=10)
 time between writing it and the VM showing on its target, or between the end and its record);
 older, it is a move its actor left behind, and resolved as any other."""
 
-POST_COPY_REASONS: Final = frozenset({"post-copy", "post-copy failed"})
+POST_COPY_FAILED: Final = "post-copy failed"
+"""libvirt's reason for a VM whose post-copy failed (paused on its source, or on its target)."""
+POST_COPY_REASONS: Final = frozenset({"post-copy", POST_COPY_FAILED})
 """libvirt's state reasons of a VM held by a post-copy migration (running or paused)."""
 
 
@@ -318,7 +320,7 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
     named = {
         vm.name
         for vm in snapshot.vms
-        if vm.state_reason == "post-copy failed"
+        if vm.state_reason == POST_COPY_FAILED
         or (vm.state_reason == "migrated" and vm.reconciler.intent is not None)
     }
     if not named:
@@ -331,7 +333,7 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
             by_name.setdefault(vm.name, []).append(vm)
     out: list[Unsatisfiable] = []
     for name, seen in sorted(by_name.items()):
-        failed = [v for v in seen if v.state_reason == "post-copy failed"]
+        failed = [v for v in seen if v.state_reason == POST_COPY_FAILED]
         if _ended_out_of_sight(seen):
             out.append(_out_of_sight(seen[0], uris, reachable))
             continue

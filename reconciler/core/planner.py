@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from reconciler.core import backoff, convergence, headroom, intents, load_plan, load_view
@@ -29,7 +29,6 @@ from reconciler.core.load_view import NOTHING_UNKNOWN, Unknown
 from reconciler.core.mandatory import Mandatory, plan_mandatory
 from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
-from reconciler.core.units import is_fixed
 from reconciler.core.vm_facts import balance_holds
 from reconciler.core.waves import assign_waves
 from reconciler.model.base import HostName, VmName
@@ -79,7 +78,11 @@ def collector_paused() -> Iterator[None]:
 
 def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: datetime) -> Plan:
     spec = desired.policy.spec
-    snapshot = intents.out_of_sight_held(snapshot)  # as a round's resolution leaves them
+    noted = of_note(snapshot)
+    if noted.vms:  # as a round's resolution leaves them (none ended so when none is of note)
+        held = intents.out_of_sight_held(snapshot)
+        if held is not snapshot:
+            snapshot, noted = held, of_note(held)
     model, state = build(desired, snapshot)
     before = state.copy()
 
@@ -90,7 +93,7 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     movable = _balance_movable(
         model, state, snapshot, history, mandatory.moved, now, desired, unknown, blocked
     )
-    checked = load_plan.may_go_back(model, snapshot, spec.cooldown, now, movable)
+    checked = load_plan.may_go_back(model, noted, spec.cooldown, now, movable)
     # A guest that would not converge is never moved for balance; one that needs help only
     # when no guest that converges on its own fixes the same imbalance (core.convergence).
     calm, helped = busy_guests(model, desired, movable)
@@ -146,7 +149,7 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         mandatory.problems
         + _headroom(model, before, state, steps, desired)
         + _held(model, reserve)
-        + intents.post_copy_failures(snapshot)
+        + (intents.post_copy_failures(snapshot) if noted.vms else [])
     )
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
@@ -166,8 +169,24 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         placement=proposed,
         optimal=optimal,
         load=load_plan.plan_load(snapshot, unknown) if spec.basis is Basis.USED else None,
-        backoff=backoff.held(snapshot, spec.cooldown, now),
+        backoff=backoff.held(noted, spec.cooldown, now),
     )
+
+
+def of_note(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with only the sightings whose record or state says something the plan's
+    checks of single sightings look for, in their order: a move with its reason (the backoffs
+    and the holds on going back), an intent (a move in flight, or one that ended out of
+    sight) or a failed post-copy. Those checks find nothing in any other sighting, so they
+    look at these alone: one pass over 125,000 sightings at 5,000 hosts instead of four."""
+    few = [
+        vm
+        for vm in snapshot.vms
+        if (r := vm.reconciler).last_reason is not None
+        or r.intent is not None
+        or vm.state_reason == intents.POST_COPY_FAILED
+    ]
+    return snapshot.model_copy(update={"vms": few})
 
 
 def _balance(
@@ -335,31 +354,40 @@ def _balance_movable(
     """Per VM index: may it move for balance? Not fixed, pinned, just moved, cooling, young,
     of unknown load or on a host of unknown load."""
     spec = desired.policy.spec
-    seen: dict[str, VmState] = {vm.name: vm for vm in snapshot.vms}
-    if len(seen) < len(snapshot.vms):  # a name seen twice (in flight): its first sighting
-        seen = {}
-        for vm in snapshot.vms:  # in (name, host) order, as in the model
-            other = seen.get(vm.name)
-            if other is None or vm.host < other.host:
-                seen[vm.name] = vm
     pinned, unknown_vms, observed = model.rules.pinned, unknown.vms, model.observed
+    excluded = model.rules.excluded
     hold = balance_holds(spec, history, snapshot.taken_at, now)
     out: list[bool] = []
-    for info in model.vms:
+    for info, obs in zip(model.vms, _sightings(model, snapshot), strict=True):
         v = info.index
-        may = (
-            not info.shadow
-            and v not in moved
-            and v not in pinned
-            and not is_fixed(state, v)
-            and info.name not in unknown_vms
-            and observed[v] not in blocked
+        may = not (  # ``units.is_fixed`` inline: in flight, excluded, not migratable
+            info.shadow
+            or info.in_flight
+            or not info.migratable
+            or v in excluded
+            or v in moved
+            or v in pinned
+            or info.name in unknown_vms
+            or observed[v] in blocked
         )
         if may:  # the sighting's own record last, for the VMs nothing else holds
-            obs = seen.get(info.name)
             may = obs is not None and hold(obs) is None
         out.append(may)
     return out
+
+
+def _sightings(model: Model, snapshot: Snapshot) -> Sequence[VmState | None]:
+    """Per VM index, the sighting whose record holds it back or not: the first of its name
+    in (name, host) order. When every sighting made a VM of its own name (no VM seen twice or
+    on a host left out), that is the one the model made it from."""
+    if len(model.vm_index) == len(snapshot.vms) == len(model.sightings) == len(model.vms):
+        return model.sightings
+    seen: dict[str, VmState] = {}
+    for vm in snapshot.vms:
+        other = seen.get(vm.name)
+        if other is None or vm.host < other.host:
+            seen[vm.name] = vm
+    return [seen.get(info.name) for info in model.vms]
 
 
 def _move(

@@ -184,12 +184,18 @@ class CompiledRules:
 
 
 def compile_rules(
-    rules: Sequence[Rule], hosts: Sequence[HostInfo], vms: Sequence[VmInfo]
+    rules: Sequence[Rule],
+    hosts: Sequence[HostInfo],
+    vms: Sequence[VmInfo],
+    vm_index: Mapping[str, int] | None = None,
 ) -> CompiledRules:
-    """Index sets of every rule over ``hosts`` and ``vms`` (shadow sightings are no members)."""
+    """Index sets of every rule over ``hosts`` and ``vms`` (shadow sightings are no members).
+
+    ``vm_index``: name -> index of every VM of ``vms`` that is no shadow, when the caller has
+    it (the model's own), so the name index is not made again."""
     ordered = sorted(rules, key=lambda r: (r.name, r.type))
     vm_keys = {k for r in rules if r.vms.labels for k in r.vms.labels}
-    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow], vm_keys)
+    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow], vm_keys, vm_index)
     host_items = Index([(h.index, h.name, h.labels) for h in hosts])
     cache: dict[object, object] = {}
     # Per VM, what selects it: one shared empty tuple for the many VMs no rule selects, a

@@ -34,6 +34,7 @@ class Index:
         self,
         items: Sequence[tuple[int, str, Mapping[str, str]]],
         label_keys: Iterable[str] = (),
+        by_name: Mapping[str, int] | None = None,
     ) -> None:
         # Each table is built on its first use: a rule set that selects VMs by label alone
         # never pays for sorting 27,000 names, and one by name never for the label sets.
@@ -45,10 +46,15 @@ class Index:
         self._label_keys = frozenset(label_keys)
         self._by_label: dict[tuple[str, str], set[int]] = {}
         self._indexed: set[str] = set()
+        # ``by_name``: the caller's own name -> item, when no two items share a name (a model's
+        # VM index), so it is not made again
+        self._given: Mapping[str, int | list[int]] | None = by_name
 
     @cached_property
-    def _by_name(self) -> dict[str, int | list[int]]:
+    def _by_name(self) -> Mapping[str, int | list[int]]:
         """Name -> its item, or its items when the name is not unique (rarely)."""
+        if self._given is not None:
+            return self._given
         by_name: dict[str, int | list[int]] = {name: i for i, name, _ in self._items}
         if len(by_name) < len(self._items):  # gather the items of a repeated name in order
             seen: dict[str, list[int]] = {}

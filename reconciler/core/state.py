@@ -71,6 +71,8 @@ class Model:
     """Architecture -> known hosts that are not in maintenance."""
     paged: bool = False
     """Some VM is backed by huge pages: states count pages per host and size."""
+    sightings: Sequence[VmState] = ()
+    """The observed VM each index was made from (a VM that does not exist yet has none)."""
 
     def arch_of(self, host: int) -> str:
         return self.hosts[host].arch or UNKNOWN_ARCH
@@ -271,6 +273,7 @@ def vm_infos(spec: BalancePolicySpec) -> Callable[[VmState, int, bool, bool], Vm
     disks, refusals, a reason to stay) not looked into."""
     allocated = spec.basis is Basis.ALLOCATED
     overcommit = spec.cpu_overcommit
+    new = tuple.__new__
 
     def make(vm: VmState, index: int, in_flight: bool, shadow: bool) -> VmInfo:
         vcpus, memory = vm.vcpus, vm.memory_max
@@ -285,26 +288,29 @@ def vm_infos(spec: BalancePolicySpec) -> Callable[[VmState, int, bool, bool], Vm
         klass = vm.migration_class
         fixed = None if klass is MigrationClass.SHARED and vm.migratable else why_fixed(vm, spec)
         disks, refused, disk_bytes = vm.disks, vm.refused_by, vm.disk_bytes
-        info = VmInfo(
-            index,
-            vm.name,
-            vm.labels,
-            vcpus,
-            memory,
-            cpu,
-            mem,
-            in_flight,
-            fixed is None,
-            shadow,
-            fixed or "",
-            memory + disk_bytes,  # ``movable.copy_bytes``
-            klass,
-            tuple(d.target for d in disks if not d.shared) if disks else (),
-            disk_bytes,
-            tuple(sorted(refused.items())) if refused else (),
-            0,
-            0,
-            vm.dirty_rate if memory else None,
+        info = new(  # ``VmInfo(...)`` without the Python frame of its generated ``__new__``
+            VmInfo,
+            (
+                index,
+                vm.name,
+                vm.labels,
+                vcpus,
+                memory,
+                cpu,
+                mem,
+                in_flight,
+                fixed is None,
+                shadow,
+                fixed or "",
+                memory + disk_bytes,  # ``movable.copy_bytes``
+                klass,
+                tuple(d.target for d in disks if not d.shared) if disks else (),
+                disk_bytes,
+                tuple(sorted(refused.items())) if refused else (),
+                0,
+                0,
+                vm.dirty_rate if memory else None,
+            ),
         )
         if vm.hugepage_kib is None:  # the common case: nothing more to look at
             return info
@@ -364,6 +370,7 @@ def build(
             and any(u.code is UnmigratableReason.DUPLICATE for u in v.unmigratable)
         }
     vms: list[VmInfo] = []
+    sightings: list[VmState] = []
     observed_host: list[int] = []
     vm_index: dict[str, int] = {}
     make = vm_infos(spec)
@@ -376,6 +383,7 @@ def build(
         if not shadow:
             vm_index[vm.name] = info.index
         vms.append(info)
+        sightings.append(vm)
         observed_host.append(h)
     if new_vm is not None:
         # A new VM has no measured use: on basis ``used`` it counts its fair CPU share.
@@ -422,12 +430,15 @@ def build(
     model = Model(
         hosts=tuple(hosts),
         vms=tuple(vms),
-        rules=compile_rules(desired.rules.spec.rules, hosts, vms),
+        rules=compile_rules(
+            desired.rules.spec.rules, hosts, vms, vm_index if new_vm is None else None
+        ),
         weights=weights_of(spec),
         host_index=host_index,
         vm_index=vm_index,
         observed=tuple(observed_host),
         arches={a: tuple(v) for a, v in sorted(arches.items())},
         paged=paged,
+        sightings=tuple(sightings),
     )
     return model, State(model, list(observed_host))

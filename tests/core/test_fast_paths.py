@@ -2,12 +2,14 @@
 
 Each shortcut a large cluster needs (label sets built for the keys rules ask about, waves that
 skip the full ones, VMs sorted by name alone, the model's VMs made under one policy, the greedy
-search's per-host listings, per-target figures and the VMs too small for any target) is checked
+search's per-host listings, per-target figures, the VMs too small for any target and those that
+cannot rank before the best move found) is checked
 here against the plain form it replaced, on random inputs.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import attrgetter
@@ -15,7 +17,15 @@ from operator import attrgetter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.balance import Target, _Board, _Search, _too_small
+from reconciler.core.balance import (
+    GAIN_STEP,
+    SLACK,
+    Target,
+    _Board,
+    _rank_bounds,
+    _Search,
+    _too_small,
+)
 from reconciler.core.capacity import SATURATED, VmInfo, vm_loads
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.hugepages import need_of
@@ -350,3 +360,61 @@ def test_a_vm_too_small_for_every_target_narrows_no_gap_by_the_margin(
                         w_cpu * (cpu + vm.cpu_load) / den + w_mem * (mem + vm.mem_load) / usable
                     )
                     assert gap - abs(s_after - t_after) < need - EPSILON
+
+
+@SETTINGS
+@given(cases(), st.sampled_from([EPSILON, 2.0, 10.0]), st.sampled_from([0.0, 5.0, 20.0]))
+def test_no_move_ranks_better_than_its_sources_bounds_say(
+    case: Case, need: float, threshold: float
+) -> None:
+    desired, snap, _ = case
+    model, state = build(desired, snap)
+    w_cpu, w_mem = model.weights.cpu * 100.0, model.weights.memory * 100.0
+    within = threshold + EPSILON
+    for hosts in model.arches.values():
+        board = _Board(state, hosts)
+        spread, mean = board.spread(), board.total / len(board.order)
+        top = [e[2] for e in board.order[::-1][:3]]
+        bottom = [e[2] for e in board.order[:3]]
+        for s_score, _, s in board.order[::-1][:3]:
+            rest: list[Target] = []
+            t_scores: list[float] = []
+            for t_score, t_name, t in board.order[:4]:
+                if t == s or t_score >= s_score - need:
+                    continue
+                h = model.hosts[t]
+                loaded = h.cpu_den > 0 and h.usable_memory > 0
+                hi_x = next((board.scores[x] for x in top if x not in (s, t)), -math.inf)
+                lo_x = next((board.scores[x] for x in bottom if x not in (s, t)), math.inf)
+                cpu, mem = state.cpu_load[t], state.mem_load[t]
+                rest.append(
+                    (t_name, t, loaded, cpu, h.cpu_den, mem, h.usable_memory, 0, 0, hi_x, lo_x)
+                )
+                t_scores.append(t_score)
+            bounds = _rank_bounds(rest, t_scores, w_cpu, w_mem, spread, mean, within)
+            if bounds is None:
+                continue
+            least, reach, a, b, slack = bounds
+            for v in sorted(state.vms_on[s]):
+                vm = model.vms[v]
+                if vm.cpu_load < 0 or vm.mem_load < 0:
+                    continue
+                s_after = state.score_with(s, v, -1)
+                most = (s_score - mean) ** 2 - (s_after - mean) ** 2
+                most += vm.cpu_load * a + vm.mem_load * b
+                for (_, _, _, cpu, den, mem, usable, *_, hi_x, lo_x), t_score in zip(
+                    rest, t_scores, strict=True
+                ):  # every figure as the plain search works it out
+                    t_after = (
+                        w_cpu * (cpu + vm.cpu_load) / den + w_mem * (mem + vm.mem_load) / usable
+                    )
+                    new_spread = max(s_after, t_after, hi_x) - min(s_after, t_after, lo_x)
+                    assert reach or new_spread > within
+                    assert -round((spread - new_spread) / GAIN_STEP) >= least
+                    dev = (
+                        (s_score - mean) ** 2
+                        + (t_score - mean) ** 2
+                        - (s_after - mean) ** 2
+                        - (t_after - mean) ** 2
+                    )
+                    assert dev <= most + slack + SLACK * abs(most)
