@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler.core import backoff, intents, load_plan
@@ -26,22 +26,7 @@ from reconciler.model.rules import Selector
 from reconciler.model.snapshot import FailedMove, MoveIntent, ReconcilerState, Snapshot, VmState
 from tests.core.builders import NOW
 from tests.core.strategies import Case, cases
-
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-NAMES = ["a1", "a2", "ab", "b1", "b10", "c"]
-KEYS = ["app", "tier", "zone"]
-VALUES = ["x", "y"]
-
-labels_st = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3)
-names_st = st.lists(
-    st.sampled_from([*NAMES, "a*", "b?", "*1", "[ab]*", "zz"]), min_size=1, max_size=3
-)
-selectors_st = st.one_of(
-    st.builds(Selector, names=names_st),
-    st.builds(Selector, labels=labels_st.filter(bool)),
-    st.builds(Selector, names=names_st, labels=labels_st.filter(bool)),
-)
+from tests.core.test_fast_paths import KEYS, NAMES, SETTINGS, labels_st, selectors_st
 
 
 @SETTINGS
