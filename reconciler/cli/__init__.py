@@ -84,11 +84,10 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     collecting = gc.isenabled()
     # Importing the command's modules makes a few hundred classes and leaves no cycle to
-    # collect; the cyclic collector would only rescan what they allocate (a tenth of the
-    # imports' CPU). Commands that end in seconds run without it too: building a large
-    # cluster's model allocates millions of objects, freed by reference counting (the
-    # collector took a third of plan's time at 1,000 hosts). Long runs (apply, run) get it
-    # back once their modules are imported.
+    # collect; the cyclic collector would only rescan what they allocate. Commands that end
+    # in seconds run without it too: building a large cluster's model allocates millions of
+    # objects, freed by reference counting (the collector took a third of plan's time at
+    # 1,000 hosts). Long runs (apply, run) get it back once their modules are imported.
     gc.disable()
     try:
         words = sys.argv[1:] if argv is None else list(argv)
