@@ -511,14 +511,19 @@ class _Search:
                 ):
                     continue
                 s_after_dev = (s_after - mean) ** 2
-                # No move of the VM can rank before the best so far (``_rank_bounds``).
-                if best_key is not None and bounds is not None and v_cpu >= 0.0 and v_mem >= 0.0:
-                    least, reach, a_dev, b_dev, slack = bounds
-                    if reach:
-                        pass
-                    elif best_key[0] == 0 or least > best_key[1]:
+                # No move of the VM can rank before the best so far (``_rank_bounds``); a
+                # source some move of which could bring the spread within reach has no bound.
+                if (
+                    best_key is not None
+                    and bounds is not None
+                    and not bounds[1]
+                    and v_cpu >= 0.0
+                    and v_mem >= 0.0
+                ):
+                    least, _, a_dev, b_dev, slack = bounds
+                    if best_key[0] == 0 or least > best_key[1]:
                         continue
-                    elif least == best_key[1]:
+                    if least == best_key[1]:
                         most = s_dev - s_after_dev + v_cpu * a_dev + v_mem * b_dev
                         if -(most + slack + SLACK * abs(most)) > best_key[2]:
                             continue
