@@ -25,8 +25,9 @@ from reconciler.model.history import History
 from reconciler.model.load import LoadSpec, PrometheusSpec, Statistic
 from reconciler.model.snapshot import Snapshot
 from tests.core.builders import desired, host, host_state, snapshot, vm
-from tests.deploy.live import Process, PromApi, free_port
+from tests.deploy.live import Process, PromApi
 from tests.deploy.promtools import binary
+from tests.net import free_port
 from tests.waiting import wait_for
 
 STEP = 15

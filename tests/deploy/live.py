@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import httpx
 
 from reconciler.cli import main
 from tests.deploy.promtools import REPO, RULES
+from tests.net import free_port
 
 SCRAPE_SECONDS = 1
 POLICY_EDITS = {
@@ -34,12 +34,6 @@ LOAD = (
 )
 """CPU as used, over a 20 s window from the lab's own Prometheus (its exporters read the test
 driver's made-up CPU times), so a few seconds give a window."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lab_folder(directory: Path) -> tuple[Path, str]:

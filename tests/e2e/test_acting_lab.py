@@ -24,7 +24,6 @@ from tests.e2e.test_apply_cli import (
 )
 from tests.e2e.test_run_lab import (
     ROOT,
-    free_port,
     metric,
     mode_apply,
     settled,
@@ -32,6 +31,7 @@ from tests.e2e.test_run_lab import (
     wait_until,
 )
 from tests.gitrepos import git, state_remote
+from tests.net import free_port
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("libvirt")

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_run_cli import _port
 from tests.fleets import write_fleet
+from tests.net import free_port
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 class FleetProcess:
     def __init__(self, args: list[str], log: Path) -> None:
-        self.port = _port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("w")
         self.proc = subprocess.Popen(

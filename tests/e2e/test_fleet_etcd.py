@@ -28,9 +28,9 @@ import httpx
 import pytest
 
 from tests.adapters.test_lease_tooz import ETCD, Etcd
-from tests.e2e.test_run_cli import _port
 from tests.fleets import write_fleet
 from tests.gitrepos import state_remote
+from tests.net import free_port
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ pytestmark = pytest.mark.skipif(ETCD is None, reason="no etcd binary (apt-get in
 class Member:
     def __init__(self, name: str, url: str, etcd: str, tmp: Path) -> None:
         self.name = name
-        self.port = _port()
+        self.port = free_port()
         self.state = tmp / f"state-{name}"
         self.log = (tmp / f"{name}.log").open("w")
         self.proc = subprocess.Popen(

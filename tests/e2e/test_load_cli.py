@@ -22,6 +22,7 @@ from reconciler.core.load_samples import HostSample, added
 from reconciler.model.load import LoadSpec
 from tests.e2e.test_plan_cli import reconciler
 from tests.e2e.test_run_cli import REPO
+from tests.net import free_port
 from tests.waiting import wait_for
 
 POLICY = (
@@ -132,7 +133,7 @@ def test_run_samples_into_the_state_directory_and_reports_what_it_cannot_know(
         + "  interval: 2s\n  load: {window: 20s, sampleEvery: 1s}\n"
     )
     state = tmp_path / "state"
-    port = _port()
+    port = free_port()
     log = (tmp_path / "run.log").open("w")
     proc = subprocess.Popen(
         [
@@ -195,11 +196,3 @@ def _get(port: int, path: str) -> str:
     import httpx
 
     return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).text
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -40,9 +40,10 @@ import yaml
 from reconciler.adapters.lab import Lab, processes
 from reconciler.adapters.lab.metrics import FOLDER, prometheus_url
 from tests.e2e.test_apply_cli import assert_settled, domains, reconciler
-from tests.e2e.test_run_lab import ROOT, free_port, metric, stop, wait_until
+from tests.e2e.test_run_lab import ROOT, metric, stop, wait_until
 from tests.gitrepos import git, state_remote
 from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
 pytest.importorskip("libvirt")

@@ -32,8 +32,9 @@ from reconciler.adapters.lab import Lab
 from reconciler.adapters.libvirt.domain_metadata import parse_metadata
 from tests.adapters.test_lease_tooz import ETCD, Etcd
 from tests.e2e.test_apply_cli import assert_settled
-from tests.e2e.test_run_lab import free_port, metric, mode_apply, settled
+from tests.e2e.test_run_lab import metric, mode_apply, settled
 from tests.gitrepos import ROOT, git, state_remote
+from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
 

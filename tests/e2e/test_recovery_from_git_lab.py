@@ -25,8 +25,8 @@ from tests.e2e.test_recovery_lab import (
     stop,
     wait,
 )
-from tests.e2e.test_run_lab import free_port
 from tests.gitrepos import git, state_remote
+from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
 

@@ -30,7 +30,8 @@ from reconciler.adapters.lab.faults import (
 )
 from reconciler.config import load_desired
 from tests.e2e.test_apply_cli import assert_settled, assert_sound, domains
-from tests.e2e.test_run_lab import free_port, metric, start
+from tests.e2e.test_run_lab import metric, start
+from tests.net import free_port
 
 pytestmark = pytest.mark.lab
 

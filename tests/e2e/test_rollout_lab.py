@@ -25,8 +25,9 @@ import pytest
 
 from reconciler.adapters.lab import Lab
 from tests.e2e.test_apply_cli import assert_settled
-from tests.e2e.test_run_lab import free_port, metric, wait_until
+from tests.e2e.test_run_lab import metric, wait_until
 from tests.gitrepos import git, state_remote
+from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
 libvirt = pytest.importorskip("libvirt")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.net import free_port
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,15 +29,9 @@ POLICY = (
 )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Instance:
     def __init__(self, folder: Path, state: Path, logs: Path) -> None:
-        self.port = _port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = logs.open("w")
         self.proc = subprocess.Popen(
@@ -164,7 +158,7 @@ def test_run_from_a_repository_reads_each_new_commit(
 
     folder, state = cluster
     url, person = state_remote(tmp_path, folder)
-    port = _port()
+    port = free_port()
     log = (tmp_path / "repo.log").open("w")
     proc = subprocess.Popen(
         [

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -20,6 +19,7 @@ from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
 from reconciler.config.yaml_edit import set_placement
 from tests.e2e.test_apply_cli import assert_settled, assert_sound, domains
+from tests.net import free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
@@ -42,13 +42,6 @@ def settled(lab: Lab) -> bool:
     except AssertionError:
         return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start(folder: Path, state: Path, port: int, log: Path) -> subprocess.Popen[bytes]:

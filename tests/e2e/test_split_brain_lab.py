@@ -24,7 +24,8 @@ import pytest
 from reconciler.adapters.lab import Lab, processes
 from reconciler.adapters.lab.faults import freeze_host, thaw_host
 from tests.e2e.test_recovery_lab import busiest, configure, healthz, running_elsewhere, wait
-from tests.e2e.test_run_lab import free_port, metric, start, stop
+from tests.e2e.test_run_lab import metric, start, stop
+from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
 
