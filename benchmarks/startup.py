@@ -5,6 +5,10 @@ Each round starts, in turn, fresh processes of:
 * ``python``: the interpreter alone (its first statement), the floor of any command;
 * ``pydantic``: the interpreter importing pydantic, the library every command reads its
   documents with;
+* ``models``: the interpreter importing pydantic's ``BaseModel`` and making one model class
+  under the project's base configuration (validator deferred): what any program that reads a
+  document through a pydantic model pays before it can open one, since ``import pydantic``
+  alone loads pydantic's parts lazily;
 * ``plan``: ``reconciler plan cluster-state --snapshot S`` as its entry point runs it.
 
 "Starts its work" is the first time the process opens one of its inputs (a file of the folder
@@ -58,6 +62,20 @@ getattr(reconciler.cli, "main_then_exit", lambda: sys.exit(reconciler.cli.main()
 )
 FLOOR = HOOKED + 'sys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
 PYDANTIC = HOOKED + 'import pydantic\nsys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
+MODELS = (
+    HOOKED
+    + """\
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+class Doc(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel,
+        defer_build=True,
+    )
+    name: str
+sys.stderr.write(f"STARTED {time.time()!r}\\n")
+"""
+)
 
 
 def _cpu() -> float:
@@ -112,6 +130,7 @@ def main() -> int:
         rows: dict[str, list[tuple[float, float, float]]] = {
             "python": [],
             "pydantic": [],
+            "models": [],
             "plan": [],
         }
         if before is not None:
@@ -120,6 +139,7 @@ def main() -> int:
         for _ in range(args.rounds):
             rows["python"].append(timed(FLOOR, inputs, []))
             rows["pydantic"].append(timed(PYDANTIC, inputs, []))
+            rows["models"].append(timed(MODELS, inputs, []))
             rows["plan"].append(timed(PLAN, inputs, argv))
             if before is not None:
                 rows["before"].append(timed(before, inputs, argv))
