@@ -21,6 +21,10 @@ interpreter's in the same round.
 With ``--before DIR`` (an earlier version's package, e.g. ``git archive BASE reconciler | tar
 -x -C DIR``) that version's ``plan`` runs in the same rounds, imported from ``DIR`` first.
 
+With ``--split``, one more ``plan`` process times, up to its start, the classes it makes:
+pydantic's model classes (``ModelMetaclass.__new__``) and dataclasses (``_process_class``),
+by the package that defines them.
+
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/startup.py --rounds 9``
 """
 
@@ -60,6 +64,40 @@ import reconciler.cli
 getattr(reconciler.cli, "main_then_exit", lambda: sys.exit(reconciler.cli.main()))()
 """
 )
+SPLIT = """\
+import sys, time, dataclasses
+from pydantic._internal import _model_construction as mc
+INPUTS = tuple(sys.argv[1].split(","))
+sys.argv[1:] = sys.argv[2:]
+spent = {}
+def _timed(kind, make):
+    depth = [0]
+    def timed(*args, **kwargs):
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return make(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                name = args[3].get("__module__", "") if kind == "model" else args[0].__module__
+                where = "ours" if name.startswith("reconciler") else name.split(".")[0]
+                key = ("model" if kind == "model" else "data", where)
+                n, s = spent.get(key, (0, 0.0))
+                spent[key] = (n + 1, s + time.perf_counter() - t)
+    return timed
+dataclasses._process_class = _timed("dataclass", dataclasses._process_class)
+mc.ModelMetaclass.__new__ = _timed("model", mc.ModelMetaclass.__new__)
+def _hook(event, args, _seen=[]):
+    if event == "open" and not _seen and str(args[0]).startswith(INPUTS):
+        _seen.append(1)
+        for (kind, where), (n, s) in sorted(spent.items()):
+            sys.stderr.write(f"SPLIT {kind} {where} {n} {s:.4f}\\n")
+sys.addaudithook(_hook)
+import reconciler.cli
+reconciler.cli.main()
+"""
+
 FLOOR = HOOKED + 'sys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
 PYDANTIC = HOOKED + 'import pydantic\nsys.stderr.write(f"STARTED {time.time()!r}\\n")\n'
 MODELS = (
@@ -109,11 +147,31 @@ def timed(code: str, inputs: str, argv: list[str]) -> tuple[float, float, float]
     return float(started[0].split()[1]) - t0, end, cpu
 
 
+def split(inputs: str, argv: list[str]) -> list[str]:
+    """The classes one ``plan`` makes before its start, and their seconds, as lines."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPLIT, inputs, *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    lines = ["classes plan makes before its start (one run, timed inside it):"]
+    for line in done.stderr.splitlines():
+        if line.startswith("SPLIT "):
+            _, kind, where, n, seconds = line.split()
+            label = f"{kind} classes"
+            lines.append(f"  {label:<17} of {where:<16} {int(n):4d} {float(seconds):7.3f} s")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--target", type=float, default=0.15, help="seconds to the plan's start")
     ap.add_argument("--before", type=Path, help="an earlier version's tree, run alongside")
+    ap.add_argument("--split", action="store_true", help="time the classes plan makes")
     args = ap.parse_args()
     before = None
     if args.before is not None:
@@ -143,6 +201,7 @@ def main() -> int:
             rows["plan"].append(timed(PLAN, inputs, argv))
             if before is not None:
                 rows["before"].append(timed(before, inputs, argv))
+        classes = split(inputs, argv) if args.split else []
     print(f"load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, medians")
     print(f"{'process':<10} {'start s':>8} {'end s':>7} {'CPU s':>6} {'start / python':>15}")
     floor = statistics.median(s for s, _, _ in rows["python"])
@@ -157,6 +216,8 @@ def main() -> int:
     start = statistics.median(s for s, _, _ in rows["plan"])
     verdict = "PASS" if start <= args.target else "FAIL"
     print(f"target: plan starts its work within {args.target} s of process start: {verdict}")
+    for line in classes:
+        print(line)
     return 0
 
 
