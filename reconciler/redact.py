@@ -5,8 +5,9 @@
 the environment variables in ``SECRET_ENV`` (read each time, so a token set later counts)
 and whatever ``register`` was given (a password taken out of a repository URL, the Basic
 credential made from it). ``ReconcilerError`` scrubs its message and hint with it, the log
-handlers with ``ScrubFilter`` (``reconciler.engine.logs``), and the adapters every output of
-git and of the forges before it reaches a message.
+handlers with ``ScrubFilter`` (``reconciler.engine.logs``, which keeps ``logging`` off the path
+of commands that never log), and the adapters every output of git and of the forges before it
+reaches a message.
 
 Standard library only and outside the layers, so the errors, the adapters and the engine can
 all use it.
@@ -14,7 +15,6 @@ all use it.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -59,23 +59,3 @@ def scrub(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
-
-
-class ScrubFilter(logging.Filter):
-    """Scrubs a log record: its message (arguments merged in), its bound fields and, rendered
-    once into ``record.exc_text``, its traceback, which the formatters print instead of
-    ``exc_info``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = scrub(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
-        elif record.exc_text:
-            record.exc_text = scrub(record.exc_text)
-        fields = getattr(record, "context", None)  # bound fields (reconciler.engine.logs)
-        if isinstance(fields, dict):
-            record.context = {k: scrub(v) if isinstance(v, str) else v for k, v in fields.items()}
-        return True

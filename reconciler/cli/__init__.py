@@ -115,7 +115,13 @@ def main_then_exit() -> NoReturn:
     but daemon threads is left, the exit handlers run (logging's flush among them), the
     standard streams are flushed, and the process exits with ``os._exit``; otherwise it
     exits as usual. ``main()`` itself, which tests call in their own process, returns.
+
+    Pydantic's plugins (third-party packages that hook every validation) stay off unless
+    ``PYDANTIC_DISABLE_PLUGINS`` is set: looking for them reads the metadata of every installed
+    distribution, a cost paid on every run for hooks a reconciler never asked for. Setting the
+    variable to an empty value loads them all again, to a list of names all but those.
     """
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     code = main()
     if all(t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         atexit._run_exitfuncs()

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -27,8 +26,6 @@ from reconciler.model.snapshot import Snapshot
 if TYPE_CHECKING:
     from reconciler.adapters.load.sources import LoadReader, SnapshotSource, WindowedObserver
     from reconciler.engine.ports import LoadSampler
-
-log = logging.getLogger(__name__)
 
 BALANCE_ON_SAMPLE_HELP = (
     "make balance moves even when the load is the observation's own short CPU sample (run "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import enum
 import os
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,12 @@ DEFAULT_REPO_FOLDER = "cluster-state"
 
 def default_actor() -> str:
     """The Reconciler-Actor of commits made without ``--actor``."""
-    return os.environ.get("RECONCILER_ACTOR") or f"reconciler@{socket.gethostname()}"
+    actor = os.environ.get("RECONCILER_ACTOR")
+    if actor:
+        return actor
+    import socket  # only for commits that name no actor: off every command's start-up path
+
+    return f"reconciler@{socket.gethostname()}"
 
 
 @dataclass(frozen=True)

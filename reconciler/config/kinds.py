@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import types
 import typing
@@ -219,6 +218,8 @@ def message_and_hint(
     key = path[-1] if path else ""
     if kind == "extra_forbidden":
         allowed = allowed_keys(model, error["loc"][:-1])
+        import difflib  # only for the hint of an unknown key: off every valid run's path
+
         close = difflib.get_close_matches(str(key), allowed, n=1)
         listed = ", ".join(allowed)
         if close:

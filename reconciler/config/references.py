@@ -8,7 +8,6 @@ may be added to hosts later: a ``topologyKey`` no host has is a warning too.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from typing import Final
 
@@ -24,6 +23,8 @@ folder naming thousands of unplaced VMs stays fast; names past these are not che
 
 
 def _closest(name: str, candidates: Iterable[str]) -> str | None:
+    import difflib  # only for the hint of a dangling name: off every valid run's path
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75)
     return close[0] if close else None
 

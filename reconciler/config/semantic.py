@@ -5,7 +5,6 @@ Pure functions: models and the positions of their documents in, findings out.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -56,6 +55,8 @@ def _rule_path(i: int, *rest: str | int) -> DocPath:
 
 def _unknown_host_hint(name: str, hosts: list[Host]) -> str:
     names = [h.name for h in hosts]
+    import difflib  # only for the hint of a bad name: off every valid run's path
+
     close = difflib.get_close_matches(name, names, n=1)
     listed = ", ".join(names)
     if close:

@@ -13,7 +13,6 @@ Nothing here runs when no VM uses huge pages: the model then carries no rooms.
 from __future__ import annotations
 
 import contextlib
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
@@ -119,6 +118,8 @@ def used_after(used: Mapping[int, int], adds: Iterable[Need]) -> dict[int, int]:
 
 def need_in_xml(xml: str) -> Need | None:
     """The pages a domain XML's guest takes when backed by huge pages, else None."""
+    import xml.etree.ElementTree as ET  # only for domain XML: a plan on a snapshot needs none
+
     try:
         domain = ET.fromstring(xml)
     except ET.ParseError:

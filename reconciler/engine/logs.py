@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Literal, TextIO
 
-from reconciler.redact import ScrubFilter
+from reconciler.redact import scrub
 
 FIELDS = ("cluster", "round", "plan_id", "vm", "trigger", "mode")
 """Context fields, in the order text lines show them."""
@@ -26,6 +26,26 @@ _EMPTY: dict[str, object] = {}  # never mutated: bound() sets a new dict
 _context: ContextVar[dict[str, object]] = ContextVar("reconciler_log_context", default=_EMPTY)
 
 LogFormat = Literal["json", "text"]
+
+
+class ScrubFilter(logging.Filter):
+    """Scrubs a log record: its message (arguments merged in), its bound fields and, rendered
+    once into ``record.exc_text``, its traceback, which the formatters print instead of
+    ``exc_info``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        fields = getattr(record, "context", None)  # the fields bound() adds
+        if isinstance(fields, dict):
+            record.context = {k: scrub(v) if isinstance(v, str) else v for k, v in fields.items()}
+        return True
 
 
 @contextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import zoneinfo
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -199,6 +198,8 @@ def timezone_problem(name: str) -> str | None:
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        import difflib  # only for the hint of a bad name: off every valid run's start-up path
+
         close = difflib.get_close_matches(name, sorted(zoneinfo.available_timezones()), n=1)
         hint = f"did you mean {close[0]!r}?" if close else "use an IANA name such as Europe/Berlin"
         return f"unknown time zone {name!r}; {hint}"

@@ -37,28 +37,33 @@ NEVER_OFFLINE = (
 )
 """Modules no offline command on the example folder needs."""
 
+NEVER_AT_START = (
+    "logging",  # the engine's logs and a damaged state file's warning
+    "xml.etree",  # domain XML, which a snapshot holds none of
+)
+"""Modules that ``validate`` and ``plan`` on the valid example folder never need."""
+
 RUN = """\
-import io, json, sys
-from contextlib import redirect_stdout
-from reconciler.cli import main
-with redirect_stdout(io.StringIO()):
-    code = main(sys.argv[1:])
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(sys.modules))))  # registered first: runs last
+from reconciler.cli import main_then_exit
+main_then_exit()
 """
 
 
 def imported_by(*argv: str | Path) -> tuple[int, set[str]]:
-    """The exit code of ``reconciler ARGV`` and every module it imported."""
+    """The exit code of ``reconciler ARGV``, run as its console script runs it, and every
+    module it imported."""
     done = subprocess.run(
         [sys.executable, "-c", RUN, *map(str, argv)],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
         timeout=120,
         cwd=ROOT,
     )
-    result = json.loads(done.stdout.splitlines()[-1])
-    return int(result["code"]), set(result["modules"])
+    assert done.stdout, done.stderr
+    return done.returncode, set(json.loads(done.stdout.splitlines()[-1]))
 
 
 def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -106,6 +111,7 @@ def test_validate_imports_no_planner_no_world() -> None:
     code, modules = imported_by("validate", EXAMPLE)
     assert code == 0
     assert loaded(modules, NEVER_OFFLINE) == []
+    assert loaded(modules, NEVER_AT_START) == []
     # validate reads the folder: no snapshots, histories, status, plans or rounds
     assert (
         loaded(
@@ -143,6 +149,7 @@ def test_an_offline_plan_imports_its_format_alone(
     assert "reconciler.core.planner" in modules  # it did plan
     assert loaded(modules, NEVER_OFFLINE) == []
     assert loaded(modules, ("reconciler.core.whatif", "jsonpatch", *unused)) == []
+    assert loaded(modules, NEVER_AT_START) == []
 
 
 def test_the_check_sees_an_import() -> None:
@@ -182,3 +189,37 @@ def test_an_apply_without_rollouts_imports_no_rollout_engine(
         "git",
     )
     assert loaded(modules, unused) == []
+
+
+PLUGINS = """\
+import atexit, sys
+from pydantic.plugin import _loader
+atexit.register(lambda: print("scanned" if _loader._plugins is not None else "not scanned"))
+sys.argv[1:] = ["validate", sys.argv[1]]
+from reconciler.cli import main_then_exit
+main_then_exit()
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "outcome"),
+    [(None, "not scanned"), ("", "scanned"), ("some-plugin", "scanned")],
+)
+def test_the_command_looks_for_pydantic_plugins_only_when_asked(
+    env: str | None, outcome: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off by default (no scan of every installed package's metadata on each start); a value
+    of ``PYDANTIC_DISABLE_PLUGINS`` the user set, even empty, is left as it is."""
+    monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    if env is not None:
+        monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", env)
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGINS, str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == outcome

@@ -16,7 +16,6 @@ ledger of leftover volumes (``leftover-volumes.json``) are each one ``JsonStore`
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -25,8 +24,6 @@ from pydantic import BaseModel, ValidationError
 
 from reconciler.adapters.files.atomic import write_atomically, write_hint
 from reconciler.errors import TerminalError
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -79,7 +76,9 @@ class JsonStore(Generic[T]):
                 problem = f"not a {self.what} ({err.error_count()} problem(s))"
             except (ValueError, TypeError, KeyError) as err:
                 problem = f"not a {self.what} ({err})"
-        log.warning(
+        import logging  # only for a damaged file: off the start-up path of every command
+
+        logging.getLogger(__name__).warning(
             "%s file %s is %s; treated as absent: %s",
             self.what,
             self.path,
