@@ -147,7 +147,7 @@ def folder(
 
 
 def outrun(lab: Lab, tmp: Path, capsys: pytest.CaptureFixture[str], *writers: str) -> int:
-    """A migration bandwidth (MiB/s, at most 32) that ``writers`` outrun twice over as they
+    """A migration bandwidth (MiB/s, at most 32) that ``writers`` outrun at least twice over as they
     write now, measured by ``observe``. TCG guests write only as fast as this machine's spare
     CPU lets them: the tests of a writer the bandwidth cannot keep up with hold the bandwidth
     under what the guest writes, not under the 64 MiB/s it is told to write. Skips, saying so,
