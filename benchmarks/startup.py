@@ -124,10 +124,21 @@ def _cpu() -> float:
 def timed(code: str, inputs: str, argv: list[str]) -> tuple[float, float, float]:
     """(seconds to the first open of an input, seconds to the exit, CPU seconds) of one fresh
     process."""
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cpu = _cpu()
     t0 = time.time()
+    done = _child(code, inputs, argv)
+    end = time.time() - t0
+    cpu = _cpu() - cpu
+    started = [ln for ln in done.stderr.splitlines() if ln.startswith("STARTED ")]
+    if not started:
+        raise SystemExit(f"the process never opened an input: {done.stderr}")
+    return float(started[0].split()[1]) - t0, end, cpu
+
+
+def _child(code: str, inputs: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """One fresh ``python -c CODE INPUTS ARGV`` with bytecode cached; exits on a failure."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run(
         [sys.executable, "-c", code, inputs, *argv],
         capture_output=True,
@@ -137,26 +148,14 @@ def timed(code: str, inputs: str, argv: list[str]) -> tuple[float, float, float]
         timeout=120,
         check=False,
     )
-    end = time.time() - t0
-    cpu = _cpu() - cpu
     if done.returncode not in (0, 2):
         raise SystemExit(f"exit {done.returncode}: {done.stderr}")
-    started = [ln for ln in done.stderr.splitlines() if ln.startswith("STARTED ")]
-    if not started:
-        raise SystemExit(f"the process never opened an input: {done.stderr}")
-    return float(started[0].split()[1]) - t0, end, cpu
+    return done
 
 
 def split(inputs: str, argv: list[str]) -> list[str]:
     """The classes one ``plan`` makes before its start, and their seconds, as lines."""
-    done = subprocess.run(
-        [sys.executable, "-c", SPLIT, inputs, *argv],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = _child(SPLIT, inputs, argv)
     lines = ["classes plan makes before its start (one run, timed inside it):"]
     for line in done.stderr.splitlines():
         if line.startswith("SPLIT "):
