@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 
-from reconciler.core.selectors import Index, matches
+from reconciler.core.selectors import Index, Item, matches
 from reconciler.core.semantics import selects_name
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
@@ -35,7 +35,7 @@ def _index_of(hosts: Sequence[Host]) -> Index:
         return entry[1]
     if len(_INDEXES) >= _MAX_INDEXES:
         _INDEXES.clear()
-    index = Index([(i, h.name, h.labels) for i, h in enumerate(hosts)])
+    index = Index([Item(i, h.name, h.labels) for i, h in enumerate(hosts)])
     _INDEXES[id(hosts)] = (hosts, index)
     return index
 
@@ -73,7 +73,7 @@ class KnownVms:
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = list(names)
-        self._index = Index([(i, n, {}) for i, n in enumerate(self.names)])
+        self._index = Index([Item(i, n, {}) for i, n in enumerate(self.names)])
 
     def surely_selected(self, selector: Selector) -> list[str]:
         """The known VMs ``selector`` surely picks, in the order given; none when it depends

@@ -195,8 +195,8 @@ def compile_rules(
     it (the model's own), so the name index is not made again."""
     ordered = sorted(rules, key=lambda r: (r.name, r.type))
     vm_keys = {k for r in rules if r.vms.labels for k in r.vms.labels}
-    vm_items = Index([(v.index, v.name, v.labels) for v in vms if not v.shadow], vm_keys, vm_index)
-    host_items = Index([(h.index, h.name, h.labels) for h in hosts])
+    vm_items = Index([v for v in vms if not v.shadow], vm_keys, vm_index)
+    host_items = Index(hosts)
     cache: dict[object, object] = {}
     # Per VM, what selects it: one shared empty tuple for the many VMs no rule selects, a
     # longer tuple made for each one that some rule does (a list per VM would be 125,000

@@ -6,6 +6,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from functools import cached_property
+from typing import NamedTuple, Protocol
 
 from reconciler.model.rules import Selector
 
@@ -23,6 +24,28 @@ def matches(selector: Selector, name: str, labels: Mapping[str, str]) -> bool:
     return selector.labels is None or all(labels.get(k) == v for k, v in selector.labels.items())
 
 
+class Named(Protocol):
+    """An item an :class:`Index` selects among: its own index, name and labels (a model's
+    ``VmInfo`` and ``HostInfo`` as they are, so 125,000 VMs need no tuples made for them)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+class Item(NamedTuple):
+    """A :class:`Named` of its three parts."""
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index(), which nothing calls
+    name: str
+    labels: Mapping[str, str]
+
+
 class Index:
     """Selects among many named, labelled items without scanning them for every selector.
 
@@ -32,7 +55,7 @@ class Index:
 
     def __init__(
         self,
-        items: Sequence[tuple[int, str, Mapping[str, str]]],
+        items: Sequence[Named],
         label_keys: Iterable[str] = (),
         by_name: Mapping[str, int] | None = None,
     ) -> None:
@@ -55,11 +78,11 @@ class Index:
         """Name -> its item, or its items when the name is not unique (rarely)."""
         if self._given is not None:
             return self._given
-        by_name: dict[str, int | list[int]] = {name: i for i, name, _ in self._items}
+        by_name: dict[str, int | list[int]] = {item.name: item.index for item in self._items}
         if len(by_name) < len(self._items):  # gather the items of a repeated name in order
             seen: dict[str, list[int]] = {}
-            for i, name, _ in self._items:
-                seen.setdefault(name, []).append(i)
+            for item in self._items:
+                seen.setdefault(item.name, []).append(item.index)
             by_name.update((name, found) for name, found in seen.items() if len(found) > 1)
         return by_name
 
@@ -74,7 +97,8 @@ class Index:
         if key not in self._indexed:
             keys = (self._label_keys | {key}) - self._indexed
             by_label = self._by_label
-            for i, _, labels in self._items:
+            for item in self._items:
+                i, labels = item.index, item.labels
                 for k in keys:
                     v = labels.get(k)
                     if v is not None:
@@ -92,7 +116,7 @@ class Index:
 
     @cached_property
     def _all(self) -> frozenset[int]:
-        return frozenset(i for i, _, _ in self._items)
+        return frozenset(item.index for item in self._items)
 
     def _glob(self, pattern: str) -> frozenset[int]:
         cached = self._globs.get(pattern)

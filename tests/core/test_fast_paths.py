@@ -30,7 +30,7 @@ from reconciler.core.capacity import SATURATED, VmInfo, vm_loads
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.hugepages import need_of
 from reconciler.core.movable import copy_bytes, why_fixed
-from reconciler.core.selectors import Index, matches
+from reconciler.core.selectors import Index, Item, matches
 from reconciler.core.state import Model, _in_order, build, vm_info
 from reconciler.core.steps import Step
 from reconciler.core.units import fixed_reason, is_fixed
@@ -68,7 +68,7 @@ selectors_st = st.one_of(
 def test_an_index_selects_what_filtering_every_item_selects(
     items: list[tuple[str, dict[str, str]]], keys: set[str], selectors: list[Selector]
 ) -> None:
-    indexed = [(i, name, labels) for i, (name, labels) in enumerate(items)]
+    indexed = [Item(i, name, labels) for i, (name, labels) in enumerate(items)]
     index = Index(indexed, keys)
     for selector in selectors:  # in turn: keys not given up front are indexed when asked
         expected = {i for i, name, labels in indexed if matches(selector, name, labels)}

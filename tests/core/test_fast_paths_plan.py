@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from reconciler.core import backoff, intents, load_plan
 from reconciler.core.load_view import Unknown
 from reconciler.core.planner import _balance_movable, of_note
-from reconciler.core.selectors import Index
+from reconciler.core.selectors import Index, Item
 from reconciler.core.state import Model, State, build
 from reconciler.core.units import is_fixed
 from reconciler.core.vm_facts import balance_holds
@@ -37,7 +37,7 @@ from tests.core.test_fast_paths import KEYS, NAMES, SETTINGS, labels_st, selecto
 def test_an_index_given_its_names_selects_what_one_making_them_selects(
     items: dict[str, dict[str, str]], selectors: list[Selector]
 ) -> None:
-    indexed = [(i * 3, name, labels) for i, (name, labels) in enumerate(items.items())]
+    indexed = [Item(i * 3, name, labels) for i, (name, labels) in enumerate(items.items())]
     plain = Index(indexed, KEYS)
     given_names = Index(indexed, KEYS, {name: i for i, name, _ in indexed})
     for selector in selectors:

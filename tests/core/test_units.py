@@ -7,7 +7,7 @@ import pytest
 from reconciler.core.capacity import Weights, pct, score, spread, vm_loads
 from reconciler.core.feasibility import check_move, preferred_delta
 from reconciler.core.rules import DomainCounts
-from reconciler.core.selectors import Index, matches
+from reconciler.core.selectors import Index, Item, matches
 from reconciler.core.state import build
 from reconciler.core.steps import Step
 from reconciler.core.waves import assign_waves
@@ -35,12 +35,14 @@ def test_selector_matches(
     selector: Selector, name: str, labels: dict[str, str], expected: bool
 ) -> None:
     assert matches(selector, name, labels) is expected
-    index = Index([(0, name, labels), (1, "zzz-other", {})])
+    index = Index([Item(0, name, labels), Item(1, "zzz-other", {})])
     assert (0 in index.select(selector)) is expected
 
 
 def test_index_equals_scanning() -> None:
-    items = [(i, f"{p}-{i}", {"app": p}) for i, p in enumerate(["db", "web", "db", "cache"] * 5)]
+    items = [
+        Item(i, f"{p}-{i}", {"app": p}) for i, p in enumerate(["db", "web", "db", "cache"] * 5)
+    ]
     index = Index(items)
     for sel in [
         Selector(names=["db-*"]),
