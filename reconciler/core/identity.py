@@ -6,10 +6,10 @@ nothing changed. Move sizes and the sentences of details are left out for the sa
 (they quote measured figures); the VM, its hosts, the reason, the rule and the wave are in.
 
 Both hashes are of JSON written by pydantic's serializer (``model_dump_json`` and
-``pydantic_core.to_json``): at 5,000 hosts the desired state is 3.5 MB of it and the
-resulting Placement 125,000 entries, which Python's ``json`` module writes several times
-slower. Keys come in the order the models declare their fields, and what has no meaning in
-its order (hosts, rules, labels, the Placement's VMs) is put in name order first.
+``pydantic_core.to_json``): at 5,000 hosts and 15,417 rules the desired state is 3.5 MB of
+it, which Python's ``json`` module, with sorted keys, writes two to three times slower. Keys
+come in the order the models declare their fields, and what has no meaning in its order
+(hosts, rules, labels, the Placement's VMs) is put in name order first.
 """
 
 from __future__ import annotations
