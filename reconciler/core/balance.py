@@ -372,8 +372,9 @@ def _rank_bounds(
 ) -> tuple[float, bool, float, float, float] | None:
     """(least, reach, a, b, slack): what no move from one source to a target of ``rest``
     (scoring ``t_scores``) ranks better than, its key at cost 1 as :meth:`_Search.run` makes
-    it. No move brings the spread within the threshold unless ``reach``; its gain's step is
-    at least ``least``; a VM of loads ``cpu`` and ``mem`` (not negative) lowers the squared
+    it (so a bound for the moves of VMs no preferred rule selects, which cost 1). No move
+    brings the spread within the threshold unless ``reach``; its gain's step is at least
+    ``least``; a VM of loads ``cpu`` and ``mem`` (not negative) lowers the squared
     deviations by at most the source's own part plus ``cpu * a + mem * b``, plus ``slack``
     and ``SLACK`` of it for rounding. None: no bound (a target of no capacity, or no third
     host scoring above or below).
@@ -445,6 +446,7 @@ class _Search:
         hosts, listed = model.hosts, self.listed
         cpu_load, mem_load = state.cpu_load, state.mem_load
         moved, eligible = self.moved, self.eligible
+        preferred = model.rules.preferred
         sources = order[-1 : -n_src - 1 : -1]
         top = [e[2] for e in order[-1:-4:-1]]
         bottom = [e[2] for e in order[:3]]
@@ -511,10 +513,15 @@ class _Search:
                 ):
                     continue
                 s_after_dev = (s_after - mean) ** 2
+                # Keys at cost 1 rank a move no better than it ranks: a VM no preferred rule
+                # selects costs 1, one that some rule does may cost less (a repair), so its
+                # moves are ranked at their own cost before any is ruled out.
+                at_cost_1 = v not in preferred
                 # No move of the VM can rank before the best so far (``_rank_bounds``); a
                 # source some move of which could bring the spread within reach has no bound.
                 if (
-                    best_key is not None
+                    at_cost_1
+                    and best_key is not None
                     and bounds is not None
                     and not bounds[1]
                     and v_cpu >= 0.0
@@ -552,7 +559,7 @@ class _Search:
                         if reaches
                         else (1, -round(gain / GAIN_STEP), -dev, vm.copy_bytes, vm.name, t_name)
                     )
-                    if best_key is not None and key >= best_key:
+                    if at_cost_1 and best_key is not None and key >= best_key:
                         continue
                     if check_move(state, v, t) is not None:
                         continue

@@ -174,6 +174,9 @@ class CompiledRules:
     pinned: Mapping[int, str]
     budgets: tuple[Budget, ...]
     vm_budgets: tuple[tuple[int, ...], ...]
+    preferred: frozenset[int] = frozenset()
+    """The VMs some preferred rule selects: only a move of one of them can break or repair a
+    preferred rule, so only theirs can cost other than 1."""
 
     def allowed(self, vm: int, host: int) -> str | None:
         """The first required host rule that forbids ``host`` for ``vm``, else None."""
@@ -208,8 +211,11 @@ def compile_rules(
     budgets: list[Budget] = []
     excluded: dict[int, str] = {}
     pinned: dict[int, str] = {}
+    preferred: set[int] = set()
     for rule in ordered:
         members = sorted(vm_items.select(rule.vms))
+        if not is_required(rule) and not isinstance(rule, ExcludeRule | DisruptionBudgetRule):
+            preferred.update(members)
         if isinstance(rule, PinRule | HostAffinityRule | HostAntiAffinityRule):
             hr = HostRule(
                 name=rule.name,
@@ -242,6 +248,7 @@ def compile_rules(
         pinned=pinned,
         budgets=tuple(budgets),
         vm_budgets=tuple(vm_budgets),
+        preferred=frozenset(preferred),
     )
 
 

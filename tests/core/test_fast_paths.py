@@ -3,7 +3,7 @@
 Each shortcut a large cluster needs (label sets built for the keys rules ask about, waves that
 skip the full ones, VMs sorted by name alone, the model's VMs made under one policy, the greedy
 search's per-host listings, per-target figures, the VMs too small for any target and those that
-cannot rank before the best move found) is checked
+cannot rank before the best move found, at cost 1 or at their own) is checked
 here against the plain form it replaced, on random inputs.
 """
 
@@ -39,7 +39,7 @@ from reconciler.model.plan import Reason
 from reconciler.model.policy import BalancePolicySpec, Basis
 from reconciler.model.rules import Selector
 from reconciler.model.snapshot import MigrationClass, VmDisk, VmRunState, VmState
-from tests.core.builders import vm
+from tests.core.builders import desired, host, host_state, rule, snapshot, vm
 from tests.core.strategies import Case, cases
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -259,6 +259,45 @@ def test_the_greedy_search_finds_the_move_a_plain_search_finds(
             v, t, _ = found
             board.move(v, t)  # the listings of both hosts are made again
             moved.add(v)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(1, 24), st.booleans()), min_size=2, max_size=6),
+    st.lists(st.tuples(st.integers(1, 12), st.booleans()), max_size=2),
+    st.sampled_from(["preferred", "required"]),
+    st.sampled_from([0.5, 2.0]),
+)
+def test_moves_that_break_or_repair_preferred_rules_rank_at_their_own_cost(
+    hot: list[tuple[int, bool]], cool: list[tuple[int, bool]], enforcement: str, need: float
+) -> None:
+    """A move that repairs a preferred rule costs less than 1 and one that breaks it more:
+    the greedy search ranks both as the plain search does, at their own cost (VMs of one hot
+    host, some of them in a rule that wants them apart)."""
+    x = {"app": "x"}
+    vms = [
+        vm(f"v{i}", "h1", memory_gib=g, cpu_used=0.1, labels=x if on else None)
+        for i, (g, on) in enumerate(hot)
+    ]
+    vms += [
+        vm(f"w{i}", f"h{i + 2}", memory_gib=g, cpu_used=0.1, labels=x if on else None)
+        for i, (g, on) in enumerate(cool)
+    ]
+    apart = rule(name="apart", type="antiAffinity", vms={"labels": x}, enforcement=enforcement)
+    d = desired([host("h1"), host("h2"), host("h3")], rules=[apart], threshold=1)
+    model, state = build(d, snapshot([host_state(h) for h in ("h1", "h2", "h3")], vms))
+    board = _Board(state, model.arches["x86_64"])
+    eligible: Callable[[int], bool] = lambda v: True  # noqa: E731
+    moved: set[int] = set()
+    for _ in range(3):
+        search = board.search(board.spread(), need, eligible, moved, 1.0)
+        found = search.run(1, 4)
+        assert found == _searched_plainly(search, 1, 4, False)
+        assert search.run(16, 16, True) == _searched_plainly(search, 16, 16, True)
+        if found is None:
+            break
+        board.move(found[0], found[1])
+        moved.add(found[0])
 
 
 def _vm_info_plainly(

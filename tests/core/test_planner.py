@@ -596,3 +596,26 @@ def test_the_collector_is_held_off_while_planning_and_left_as_it_was() -> None:
     assert seen == [False, False]
     # the same plan as with the collector running throughout
     assert planner_module._plan(d, s, History(), NOW) == paused
+
+
+def test_a_balance_move_that_repairs_a_preferred_rule_ranks_at_its_lower_cost() -> None:
+    # m1 alone narrows the spread the most, but moving m2 also repairs "apart" (m2 and p
+    # share h1): at cost 0.5 its reduction per cost is the larger, so it goes first, and p
+    # follows to the other cool host, 16 GiB copied in all instead of m1's 20 and m2's 14.
+    x = {"app": "x"}
+    d = desired(
+        [host("h1"), host("h2"), host("h3")],
+        rules=[rule(name="apart", type="antiAffinity", vms={"labels": x}, enforcement="preferred")],
+        threshold=1,
+    )
+    s = snapshot(
+        [host_state("h1"), host_state("h2"), host_state("h3")],
+        [
+            vm("m1", "h1", memory_gib=20, cpu_used=0.1),
+            vm("m2", "h1", memory_gib=14, cpu_used=0.1, labels=x),
+            vm("p", "h1", memory_gib=2, cpu_used=0.1, labels=x),
+        ],
+    )
+    p = run(d, s)
+    assert [(m.vm, m.target) for m in p.moves] == [("m2", "h2"), ("p", "h3")]
+    assert all(m.reason is Reason.BALANCE for m in p.moves)
