@@ -513,9 +513,9 @@ class _Search:
                 ):
                     continue
                 s_after_dev = (s_after - mean) ** 2
-                # Keys at cost 1 rank a move no better than it ranks: a VM no preferred rule
-                # selects costs 1, one that some rule does may cost less (a repair), so its
-                # moves are ranked at their own cost before any is ruled out.
+                # The rule-outs below compare keys at cost 1. A move of a VM no preferred rule
+                # selects costs exactly 1; one of a VM some rule does may cost less (a repair)
+                # and rank better than its key at cost 1, so it is ranked at its own cost.
                 at_cost_1 = v not in preferred
                 # No move of the VM can rank before the best so far (``_rank_bounds``); a
                 # source some move of which could bring the spread within reach has no bound.

@@ -175,8 +175,9 @@ class CompiledRules:
     budgets: tuple[Budget, ...]
     vm_budgets: tuple[tuple[int, ...], ...]
     preferred: frozenset[int] = frozenset()
-    """The VMs some preferred rule selects: only a move of one of them can break or repair a
-    preferred rule, so only theirs can cost other than 1."""
+    """The VMs some preferred host or group rule selects (those ``preferred_delta`` looks at):
+    only a move of one of them can break or repair a preferred rule, so only theirs can cost
+    other than 1."""
 
     def allowed(self, vm: int, host: int) -> str | None:
         """The first required host rule that forbids ``host`` for ``vm``, else None."""
@@ -214,8 +215,6 @@ def compile_rules(
     preferred: set[int] = set()
     for rule in ordered:
         members = sorted(vm_items.select(rule.vms))
-        if not is_required(rule) and not isinstance(rule, ExcludeRule | DisruptionBudgetRule):
-            preferred.update(members)
         if isinstance(rule, PinRule | HostAffinityRule | HostAntiAffinityRule):
             hr = HostRule(
                 name=rule.name,
@@ -228,6 +227,8 @@ def compile_rules(
                 host_rules[m] += (hr,)
                 if isinstance(rule, PinRule):
                     pinned.setdefault(m, rule.name)
+            if not hr.required:
+                preferred.update(members)
         elif isinstance(rule, ExcludeRule):
             for m in members:
                 excluded.setdefault(m, rule.name)
@@ -239,6 +240,8 @@ def compile_rules(
             groups.append(_group(len(groups), rule, members, hosts, host_rules, cache))
             for m in members:
                 vm_groups[m] += (groups[-1].index,)
+            if not groups[-1].required:
+                preferred.update(members)
     _refusals(vms, hosts, host_rules)
     return CompiledRules(
         host_rules=tuple(host_rules),

@@ -12,6 +12,7 @@ from reconciler.core.identity import desired_digest, plan_id
 from reconciler.model.desired import DesiredState
 from reconciler.model.rules import Rule
 from tests.core.builders import desired, host, rule
+from tests.core.rollout_world import rollout
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "e"])
 LABELS = st.dictionaries(st.sampled_from(["rack", "room", "row", "tier"]), NAMES, max_size=4)
@@ -98,6 +99,8 @@ def test_notes_records_and_rollouts_are_left_out(layout: dict[str, Any]) -> None
     )
     assert desired_digest(noted) == desired_digest(plain)
     assert desired_digest(state(layout, record={"every": "1h"})) == desired_digest(plain)
+    rolling = plain.model_copy(update={"rollouts": [rollout({"hosts": sorted(layout["hosts"])})]})
+    assert desired_digest(rolling) == desired_digest(plain)
 
 
 @settings(max_examples=60, deadline=None)
