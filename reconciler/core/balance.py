@@ -202,13 +202,16 @@ def _without_each(state: State, s: int) -> list[tuple[int, VmInfo, float]]:
         return [(v, vms[v], state.score_with(s, v, -1)) for v in on]
     cpu, mem = state.cpu_load[s], state.mem_load[s]
     w_cpu, w_mem = w.cpu, w.memory
-    out = []
-    for v in on:
-        vm = vms[v]
-        c = 100.0 * (cpu - vm.cpu_load) / den
-        m = 100.0 * (mem - vm.mem_load) / usable
-        out.append((v, vm, w_cpu * c + w_mem * m))
-    return out
+    return [
+        (
+            v,
+            vm,
+            w_cpu * (100.0 * (cpu - vm.cpu_load) / den)
+            + w_mem * (100.0 * (mem - vm.mem_load) / usable),
+        )
+        for v in on
+        for vm in (vms[v],)
+    ]
 
 
 class _Board:
@@ -563,7 +566,7 @@ class _Search:
                         continue
                     if check_move(state, v, t) is not None:
                         continue
-                    breaks, repairs = preferred_delta(state, v, t)
+                    breaks, repairs = (0, 0) if at_cost_1 else preferred_delta(state, v, t)
                     if breaks or repairs:
                         cost = max(0.25, 1.0 + breaks - 0.5 * repairs)
                         key = self._key(reaches, gain, dev, cost, vm.copy_bytes, vm.name, t_name)

@@ -120,6 +120,8 @@ def check_rules(state: State, v: int, t: int, *, alone: bool = True) -> Refusal 
 def preferred_delta(state: State, v: int, t: int) -> tuple[int, int]:
     """(preferred rules the move breaks or worsens, preferred rules it repairs or improves)."""
     model = state.model
+    if v not in model.rules.preferred:  # no preferred rule selects it: none to break or repair
+        return 0, 0
     s = state.host_of[v]
     breaks = repairs = 0
     for r in model.rules.host_rules[v]:

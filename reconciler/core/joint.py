@@ -41,7 +41,8 @@ def improve(
     drift_targets: Mapping[int, int],
 ) -> tuple[list[Step], bool | None]:
     """The steps with exact plans swapped in where better, and whether the plan is proven
-    optimal (None: no scope was solved exactly)."""
+    optimal (None: no scope was solved exactly). Nothing swapped in: the very list
+    ``steps``, so the caller keeps the state those steps left (``after``)."""
     model = before.model
     largest = max(exact.EXACT_HOSTS, exact_near.NEAR_HOSTS)
     if all(len(g.hosts) > largest for g in goals):  # skip grouping on large clusters

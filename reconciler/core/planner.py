@@ -153,7 +153,7 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
     )
     cut = _batch_cut(steps, spec.batch)
     this_round, deferred = moves[:cut], moves[cut:]
-    proposed = dict(sorted(placement.items()))
+    proposed = {vm: placement[vm] for vm in sorted(placement)}  # names are unique: no pairs
     return Plan(
         plan_id=plan_id(desired, this_round, deferred, problems, proposed),
         cluster=desired.cluster.metadata.name,
@@ -229,10 +229,11 @@ def _balance(
     optimal: bool | None = None
     if not mandatory.problems and max_unit >= 1 and exact_goals:
         drift = _drift_targets(model, before, desired) if spec.drift is Drift.REVERT else {}
-        steps, optimal = improve(before, state, steps, exact_goals, movable.__getitem__, drift)
-        state = before.copy()
-        for s in steps:
-            state.move(s.vm, s.target)
+        better, optimal = improve(before, state, steps, exact_goals, movable.__getitem__, drift)
+        if better is not steps:  # the same steps leave ``state`` as it is: no replay of them
+            steps, state = better, before.copy()
+            for s in steps:
+                state.move(s.vm, s.target)
     reserve = headroom.keeping_reserve(
         before, steps, spec.recovery.reserve_hosts, float(spec.host_limit)
     )

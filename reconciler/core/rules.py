@@ -174,7 +174,7 @@ class CompiledRules:
     pinned: Mapping[int, str]
     budgets: tuple[Budget, ...]
     vm_budgets: tuple[tuple[int, ...], ...]
-    preferred: frozenset[int] = frozenset()
+    preferred: frozenset[int]
     """The VMs some preferred host or group rule selects (those ``preferred_delta`` looks at):
     only a move of one of them can break or repair a preferred rule, so only theirs can cost
     other than 1."""

@@ -16,7 +16,7 @@ of one wave is as safe as the simulated order.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from reconciler.core.state import Model
 from reconciler.core.steps import Step
@@ -58,9 +58,7 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
         earliest = max(last_leaving.get(s.target, -1) + 1 for s in unit)
         for g in groups:
             earliest = max(earliest, last_in_group.get(g, -1) + 1)
-        n_out = Counter(s.source for s in unit)
-        n_in = Counter(s.target for s in unit)
-        n_budget = Counter(b for s in unit for b in rules.vm_budgets[s.vm])
+        n_out, n_in, n_budget = _counts(unit, rules.vm_budgets)
         w = open_from(earliest)
         # A unit bigger than a wave allows (never planned) would still end: counts start at 0.
         while (cluster[w] and cluster[w] + len(unit) > parallel) or (
@@ -90,3 +88,19 @@ def assign_waves(steps: Sequence[Step], model: Model, parallel: int) -> list[int
             last_in_group[g] = max(last_in_group.get(g, -1), w)
         i = j
     return waves
+
+
+def _counts(
+    unit: Sequence[Step], vm_budgets: Sequence[tuple[int, ...]]
+) -> tuple[Mapping[int, int], Mapping[int, int], Mapping[int, int]]:
+    """Moves of ``unit`` per source host, per target host and per disruption budget. Most
+    units are one move (every balance move of a plan, thousands on a large cluster): theirs
+    are counted without a ``Counter`` each (a budget selects a VM once)."""
+    if len(unit) == 1:
+        step = unit[0]
+        return {step.source: 1}, {step.target: 1}, dict.fromkeys(vm_budgets[step.vm], 1)
+    return (
+        Counter(s.source for s in unit),
+        Counter(s.target for s in unit),
+        Counter(b for s in unit for b in vm_budgets[s.vm]),
+    )

@@ -2,22 +2,26 @@
 
 Checked against the plain form each replaced, on random clusters: the rules' name index taken
 from the model's own, the VMs balance may move read from the sightings the model was made
-from, and the checks of single sightings (backoffs, holds on going back, moves that ended out
-of sight, failed post-copies) run on the sightings of note alone.
+from, the checks of single sightings (backoffs, holds on going back, moves that ended out
+of sight, failed post-copies) run on the sightings of note alone, and the state the
+heuristic's steps left kept instead of replayed.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.core import backoff, intents, load_plan
+from reconciler.core import backoff, intents, joint, load_plan, planner
 from reconciler.core.load_view import Unknown
 from reconciler.core.planner import _balance_movable, of_note
 from reconciler.core.selectors import Index, Item
 from reconciler.core.state import Model, State, build
+from reconciler.core.steps import Step
 from reconciler.core.units import is_fixed
 from reconciler.core.vm_facts import balance_holds
 from reconciler.model.desired import DesiredState
@@ -144,3 +148,21 @@ def test_the_checks_of_single_sightings_find_in_those_of_note_what_they_find_in_
     assert load_plan.may_go_back(model, noted, cooldown, NOW, movable) == load_plan.may_go_back(
         model, snap, cooldown, NOW, movable
     )
+
+
+@SETTINGS
+@given(cases())
+def test_a_plan_keeping_the_state_its_steps_left_is_the_plan_replaying_them(case: Case) -> None:
+    """When the exact search swaps nothing in, the planner keeps the state the heuristic's
+    steps left instead of replaying them on a copy of the observed one: the same plan."""
+    desired, snap, history = case
+    real = joint.improve
+
+    def replayed(*args: Any) -> tuple[list[Step], bool | None]:
+        steps, optimal = real(*args)
+        return list(steps), optimal  # never the same list: the planner replays them
+
+    kept = planner.plan(desired, snap, history, now=NOW)
+    with patch.object(planner, "improve", replayed):
+        again = planner.plan(desired, snap, history, now=NOW)
+    assert kept.model_dump() == again.model_dump()
