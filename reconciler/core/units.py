@@ -13,11 +13,12 @@ own to another host), when that is the only way.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from reconciler.core.capacity import pct
+from reconciler.core.capacity import SATURATED, pct
 from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
 from reconciler.core.hugepages import refusal_text, used_after
 from reconciler.core.rules import describe_kind
@@ -74,6 +75,50 @@ def candidate_hosts(state: State, v: int) -> list[int]:
     return list(hosts)
 
 
+def bounded(state: State, unit: Sequence[int]) -> bool:
+    """True when no preferred rule selects a VM of ``unit`` and none has a negative load: then
+    every host ranks for it by its score after taking it, never below its score now."""
+    model = state.model
+    preferred = model.rules.preferred
+    return all(
+        m not in preferred and model.vms[m].cpu_load >= 0.0 and model.vms[m].mem_load >= 0.0
+        for m in unit
+    )
+
+
+def lowest_first(state: State, hosts: Iterable[int]) -> Iterator[tuple[float, int]]:
+    """(score now, host) of ``hosts``, lowest score first, as far as the caller reads.
+
+    A host's score after taking VMs of loads not negative is never below its score now (the
+    same operations on larger or equal loads: rounding keeps the order). So a search for the
+    host that scores lowest after a move stops at the first host that scores more now than
+    the best found scores after, instead of checking every host of a large cluster for
+    every VM to place (a drain of 100 hosts of 5,000 places 2,500 VMs)."""
+    model = state.model
+    infos, w_cpu, w_mem = model.hosts, model.weights.cpu, model.weights.memory
+    cpu_load, mem_load = state.cpu_load, state.mem_load
+    heap = [  # ``state.score(t)``, the steps of ``capacity.pct`` inline: every host, every VM
+        (
+            w_cpu
+            * (100.0 * c / den if (den := info.cpu_den) > 0 else (0.0 if c <= 0 else SATURATED))
+            + w_mem
+            * (
+                100.0 * m / use
+                if (use := info.usable_memory) > 0
+                else (0.0 if m <= 0 else SATURATED)
+            ),
+            info.name,
+            t,
+        )
+        for t in hosts
+        for info, c, m in ((infos[t], cpu_load[t], mem_load[t]),)
+    ]
+    heapq.heapify(heap)
+    while heap:
+        now, _, t = heapq.heappop(heap)
+        yield now, t
+
+
 def best_target(
     state: State,
     v: int,
@@ -82,12 +127,29 @@ def best_target(
 ) -> tuple[int | None, list[Refusal]]:
     """The host that takes ``v`` with fewest preferred rules broken, then lowest score after.
 
-    ``accept`` adds a test (e.g. "repairs this rule") after the feasibility checks.
+    ``accept`` adds a test (e.g. "repairs this rule") after the feasibility checks. The
+    refusals are those of every host when none takes ``v``; when one does, of some.
     """
     best: tuple[int, int, float, str] | None = None
     best_host: int | None = None
-    refusals: list[Refusal] = []
     names = state.model.hosts
+    if bounded(state, (v,)):
+        hosts = list(hosts)
+        refused: dict[int, Refusal] = {}
+        for now, t in lowest_first(state, hosts):
+            if best is not None and now > best[2]:
+                break  # every host left scores more after taking ``v`` than ``best`` does
+            refusal = check_move(state, v, t)
+            if refusal is None and accept is not None:
+                refusal = accept(t)
+            if refusal is not None:
+                refused[t] = refusal
+                continue
+            key = (0, 0, state.score_with(t, v, 1), names[t].name)
+            if best is None or key < best:
+                best, best_host = key, t
+        return best_host, [refused[t] for t in hosts if t in refused]
+    refusals: list[Refusal] = []
     for t in hosts:
         refusal = check_move(state, v, t)
         if refusal is None and accept is not None:
@@ -248,8 +310,24 @@ def unit_key(state: State, unit: Sequence[int], t: int) -> tuple[int, int, float
 def best_unit_target(
     state: State, unit: Sequence[int], hosts: Iterable[int], limits: Limits
 ) -> tuple[int | None, list[Refusal]]:
+    """The host that takes ``unit`` first by :func:`unit_key`, and the refusals of every host
+    when none does (of some when one does)."""
     best: tuple[int, int, float, str] | None = None
     best_host: int | None = None
+    if bounded(state, unit):
+        hosts = list(hosts)
+        refused: dict[int, Refusal] = {}
+        for now, t in lowest_first(state, hosts):
+            if best is not None and now > best[2]:
+                break  # every host left scores more after taking ``unit`` than ``best`` does
+            refusal = check_unit(state, unit, t, limits)
+            if refusal is not None:
+                refused[t] = refusal
+                continue
+            key = unit_key(state, unit, t)
+            if best is None or key < best:
+                best, best_host = key, t
+        return best_host, [refused[t] for t in hosts if t in refused]
     refusals: list[Refusal] = []
     for t in hosts:
         refusal = check_unit(state, unit, t, limits)
@@ -312,7 +390,11 @@ def _try(
     for u in evict:
         best: tuple[int, int, float, str] | None = None
         target: int | None = None
-        for h in hosts_of.get(u, ()):
+        low = bounded(state, (u,))
+        ranked = lowest_first(state, hosts_of.get(u, ())) if low else _any_order(hosts_of, u)
+        for now, h in ranked:
+            if low and best is not None and now > best[2]:
+                break  # every host left scores more after taking ``u`` than ``best`` does
             if h == t or check_move(state, u, h) is not None:
                 continue
             key = unit_key(state, (u,), h)
@@ -328,3 +410,9 @@ def _try(
     for u, s, _ in reversed(done):
         state.move(u, s)
     return [(u, h) for u, _, h in done] if ok else None
+
+
+def _any_order(hosts_of: dict[int, list[int]], u: int) -> Iterator[tuple[float, int]]:
+    """The candidate hosts of ``u`` as given, for a search that checks every one."""
+    for h in hosts_of.get(u, ()):
+        yield 0.0, h
