@@ -29,6 +29,7 @@ from reconciler.core.units import (
     CAPACITY,
     ROOM_HOSTS,
     Limits,
+    Ranking,
     best_target,
     best_unit_target,
     candidate_hosts,
@@ -70,6 +71,14 @@ class _Planner:
         self.resolved: (
             tuple[Mapping[str, str], list[tuple[str, str, int | None, int | None]]] | None
         ) = None
+        self._ranking: Ranking | None = None
+
+    @property
+    def ranking(self) -> Ranking:
+        """The hosts by score now, made on the first VM to place and kept with the state."""
+        if self._ranking is None:
+            self._ranking = Ranking(self.state)
+        return self._ranking
 
     def name(self, v: int) -> str:
         return self.model.vms[v].name
@@ -138,7 +147,7 @@ class _Planner:
     ) -> list[Refusal] | None:
         """Move ``unit`` to its best host among ``hosts``, making room when none fits; None
         when done, else the refusals."""
-        t, refusals = best_unit_target(self.state, unit, hosts, self.limits)
+        t, refusals = best_unit_target(self.state, unit, hosts, self.limits, self.ranking)
         if t is not None:
             names = " and ".join(self.name(m) for m in unit)
             self.apply_unit(unit, t, reason, rule, f"{why}; {names} moves to {self.host(t)}.")
@@ -165,7 +174,7 @@ class _Planner:
             and unit_of(self.state, u) == (u,)
         }
         hosts_of = {u: candidate_hosts(self.state, u) for u in may}
-        evictions = room_for(self.state, unit, t, self.limits, may, hosts_of)
+        evictions = room_for(self.state, unit, t, self.limits, may, hosts_of, self.ranking)
         if evictions is None:
             return False
         names = " and ".join(self.name(m) for m in unit)
@@ -457,9 +466,11 @@ class _Planner:
                         continue
                     hosts = candidate_hosts(self.state, v)
                     if len(unit) == 1:
-                        t, refusals = best_target(self.state, v, hosts)
+                        t, refusals = best_target(self.state, v, hosts, ranking=self.ranking)
                     else:
-                        t, refusals = best_unit_target(self.state, unit, hosts, self.limits)
+                        t, refusals = best_unit_target(
+                            self.state, unit, hosts, self.limits, self.ranking
+                        )
                     refused.extend(refusals)
                     if t is not None:
                         names = " and ".join(self.name(m) for m in unit)

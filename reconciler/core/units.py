@@ -14,9 +14,12 @@ own to another host), when that is the only way.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import ne
 
 from reconciler.core.capacity import SATURATED, pct
 from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
@@ -119,11 +122,137 @@ def lowest_first(state: State, hosts: Iterable[int]) -> Iterator[tuple[float, in
         yield now, t
 
 
+def _score_now(state: State, t: int) -> float:
+    """``state.score(t)``, the steps of ``capacity.pct`` inline."""
+    info, w = state.model.hosts[t], state.model.weights
+    c, m, den, use = state.cpu_load[t], state.mem_load[t], info.cpu_den, info.usable_memory
+    return w.cpu * (100.0 * c / den if den > 0 else (0.0 if c <= 0 else SATURATED)) + w.memory * (
+        100.0 * m / use if use > 0 else (0.0 if m <= 0 else SATURATED)
+    )
+
+
+class Ranking:
+    """Every host of ``state`` in order of its score now, kept as moves change the state.
+
+    Each look compares every host's loads with those it last scored (two C-level passes over
+    the lists, no Python frame per host) and scores again only the hosts whose loads differ:
+    a drain of hundreds of hosts places thousands of VMs, each of which would otherwise score
+    all hosts again. The order is exact, never stale: scores come from the loads as they are.
+    """
+
+    __slots__ = ("_cpu", "_mem", "_now", "_order", "state")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        n = len(state.model.hosts)
+        self._cpu = list(state.cpu_load)
+        self._mem = list(state.mem_load)
+        self._now = [_score_now(state, t) for t in range(n)]
+        names = state.model.hosts
+        self._order = sorted((self._now[t], names[t].name, t) for t in range(n))
+
+    def lowest_first(self, hosts: Iterable[int]) -> Iterator[tuple[float, int]]:
+        """(score now, host) of ``hosts``, lowest score first; a few of many hosts (a
+        required allow-rule's) are ordered on their own."""
+        wanted = set(hosts)
+        if len(wanted) * 8 < len(self._order):
+            yield from lowest_first(self.state, sorted(wanted))
+            return
+        self._refresh()
+        for now, _, t in list(self._order):  # a copy: the caller may look again meanwhile
+            if t in wanted:
+                yield now, t
+
+    def _refresh(self) -> None:
+        state, cpu, mem = self.state, self._cpu, self._mem
+        every = range(len(cpu))
+        changed = set(compress(every, map(ne, state.cpu_load, cpu)))
+        changed.update(compress(every, map(ne, state.mem_load, mem)))
+        names, order, now = state.model.hosts, self._order, self._now
+        for t in changed:
+            del order[bisect_left(order, (now[t], names[t].name, t))]
+            now[t] = _score_now(state, t)
+            insort(order, (now[t], names[t].name, t))
+            cpu[t], mem[t] = state.cpu_load[t], state.mem_load[t]
+
+
+def _ranked(
+    state: State, hosts: Iterable[int], ranking: Ranking | None
+) -> Iterator[tuple[float, int]]:
+    if ranking is not None and ranking.state is state:
+        return ranking.lowest_first(hosts)
+    return lowest_first(state, hosts)
+
+
+def _lowest_feasible(
+    state: State,
+    unit: Sequence[int],
+    hosts: Sequence[int],
+    ranking: Ranking | None,
+    refusal_of: Callable[[int], Refusal | None],
+    key_of: Callable[[int], tuple[int, int, float, str]],
+) -> int | None:
+    """The host of ``hosts`` that ``refusal_of`` lets take ``unit`` (which :func:`bounded`
+    holds for) with the least ``key_of``, or None when none does.
+
+    Hosts come lowest score now first, and the search ends at the first that scores more
+    now than the best found scores after (no host left can rank better). A host is checked
+    only when it would rank better than the best so far, and one that cannot hold the
+    memory of a single VM is passed over unchecked (``check_move`` refuses it).
+    """
+    if len(unit) == 1:
+        return _lowest_feasible_vm(state, unit[0], hosts, ranking, refusal_of)
+    best: tuple[int, int, float, str] | None = None
+    best_host: int | None = None
+    for now, t in _ranked(state, hosts, ranking):
+        if best is not None and now > best[2]:
+            break  # every host left scores more after taking ``unit`` than ``best`` does
+        key = key_of(t)
+        if best is not None and key >= best:
+            continue
+        if refusal_of(t) is None:
+            best, best_host = key, t
+    return best_host
+
+
+def _lowest_feasible_vm(
+    state: State,
+    v: int,
+    hosts: Sequence[int],
+    ranking: Ranking | None,
+    refusal_of: Callable[[int], Refusal | None],
+) -> int | None:
+    """:func:`_lowest_feasible` of one VM, its key's steps inline: the score after taking
+    ``v`` as ``unit_key`` and ``State.score_with`` reckon it (the same operations), then the
+    host's name. Hundreds of hosts of close scores are looked at for each VM of a drain."""
+    model = state.model
+    vm = model.vms[v]
+    need, x, y = vm.memory, vm.cpu_load, vm.mem_load
+    infos, memory, cpu_load, mem_load = model.hosts, state.memory, state.cpu_load, state.mem_load
+    w_cpu, w_mem = model.weights.cpu, model.weights.memory
+    best, best_name, best_host = 0.0, "", None
+    for now, t in _ranked(state, hosts, ranking):
+        if best_host is not None and now > best:
+            break  # every host left scores more after taking ``v`` than ``best`` does
+        info = infos[t]
+        if need > info.usable_memory - memory[t]:
+            continue  # ``check_move`` refuses it: no room for its memory
+        after = w_cpu * pct(cpu_load[t] + x, info.cpu_den) + w_mem * pct(
+            mem_load[t] + y, info.usable_memory
+        )
+        if best_host is not None and (after, info.name) >= (best, best_name):
+            continue
+        if refusal_of(t) is None:
+            best, best_name, best_host = after, info.name, t
+    return best_host
+
+
 def best_target(
     state: State,
     v: int,
     hosts: Iterable[int],
     accept: Callable[[int], Refusal | None] | None = None,
+    ranking: Ranking | None = None,
 ) -> tuple[int | None, list[Refusal]]:
     """The host that takes ``v`` with fewest preferred rules broken, then lowest score after.
 
@@ -135,20 +264,18 @@ def best_target(
     names = state.model.hosts
     if bounded(state, (v,)):
         hosts = list(hosts)
-        refused: dict[int, Refusal] = {}
-        for now, t in lowest_first(state, hosts):
-            if best is not None and now > best[2]:
-                break  # every host left scores more after taking ``v`` than ``best`` does
+
+        def feasible(t: int) -> Refusal | None:
             refusal = check_move(state, v, t)
-            if refusal is None and accept is not None:
-                refusal = accept(t)
-            if refusal is not None:
-                refused[t] = refusal
-                continue
-            key = (0, 0, state.score_with(t, v, 1), names[t].name)
-            if best is None or key < best:
-                best, best_host = key, t
-        return best_host, [refused[t] for t in hosts if t in refused]
+            return refusal if refusal is not None or accept is None else accept(t)
+
+        def key_of(t: int) -> tuple[int, int, float, str]:
+            return 0, 0, state.score_with(t, v, 1), names[t].name
+
+        found = _lowest_feasible(state, (v,), hosts, ranking, feasible, key_of)
+        if found is not None:
+            return found, []
+        # no host takes it: every host's reason, from the scan below
     refusals: list[Refusal] = []
     for t in hosts:
         refusal = check_move(state, v, t)
@@ -308,7 +435,11 @@ def unit_key(state: State, unit: Sequence[int], t: int) -> tuple[int, int, float
 
 
 def best_unit_target(
-    state: State, unit: Sequence[int], hosts: Iterable[int], limits: Limits
+    state: State,
+    unit: Sequence[int],
+    hosts: Iterable[int],
+    limits: Limits,
+    ranking: Ranking | None = None,
 ) -> tuple[int | None, list[Refusal]]:
     """The host that takes ``unit`` first by :func:`unit_key`, and the refusals of every host
     when none does (of some when one does)."""
@@ -316,18 +447,17 @@ def best_unit_target(
     best_host: int | None = None
     if bounded(state, unit):
         hosts = list(hosts)
-        refused: dict[int, Refusal] = {}
-        for now, t in lowest_first(state, hosts):
-            if best is not None and now > best[2]:
-                break  # every host left scores more after taking ``unit`` than ``best`` does
-            refusal = check_unit(state, unit, t, limits)
-            if refusal is not None:
-                refused[t] = refusal
-                continue
-            key = unit_key(state, unit, t)
-            if best is None or key < best:
-                best, best_host = key, t
-        return best_host, [refused[t] for t in hosts if t in refused]
+        found = _lowest_feasible(
+            state,
+            unit,
+            hosts,
+            ranking,
+            lambda t: check_unit(state, unit, t, limits),
+            lambda t: unit_key(state, unit, t),
+        )
+        if found is not None:
+            return found, []
+        # no host takes it: every host's reason, from the scan below
     refusals: list[Refusal] = []
     for t in hosts:
         refusal = check_unit(state, unit, t, limits)
@@ -347,6 +477,7 @@ def room_for(
     limits: Limits,
     may_move: set[int],
     hosts_of: dict[int, list[int]],
+    ranking: Ranking | None = None,
 ) -> list[tuple[int, int]] | None:
     """Moves of other VMs off ``t`` after which ``unit`` fits there, or None.
 
@@ -363,7 +494,7 @@ def room_for(
         key=lambda u: (model.vms[u].memory, model.vms[u].name),
     )
     for u in others:  # one eviction, the smallest that makes room
-        found = _try(state, unit, t, limits, [u], hosts_of)
+        found = _try(state, unit, t, limits, [u], hosts_of, ranking)
         if found is not None:
             return found
     chosen: list[int] = []
@@ -371,7 +502,7 @@ def room_for(
         if len(chosen) >= MAX_EVICTIONS:
             break
         chosen.append(u)
-        found = _try(state, unit, t, limits, chosen, hosts_of)
+        found = _try(state, unit, t, limits, chosen, hosts_of, ranking)
         if found is not None:
             return found
     return None
@@ -384,6 +515,7 @@ def _try(
     limits: Limits,
     evict: list[int],
     hosts_of: dict[int, list[int]],
+    ranking: Ranking | None,
 ) -> list[tuple[int, int]] | None:
     done: list[tuple[int, int, int]] = []
     ok = True
@@ -391,7 +523,7 @@ def _try(
         best: tuple[int, int, float, str] | None = None
         target: int | None = None
         low = bounded(state, (u,))
-        ranked = lowest_first(state, hosts_of.get(u, ())) if low else _any_order(hosts_of, u)
+        ranked = _ranked(state, hosts_of.get(u, ()), ranking) if low else _any_order(hosts_of, u)
         for now, h in ranked:
             if low and best is not None and now > best[2]:
                 break  # every host left scores more after taking ``u`` than ``best`` does

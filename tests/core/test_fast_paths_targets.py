@@ -16,6 +16,7 @@ from reconciler.core.feasibility import Refusal, check_move, preferred_delta
 from reconciler.core.state import State, build
 from reconciler.core.units import (
     Limits,
+    Ranking,
     best_target,
     best_unit_target,
     candidate_hosts,
@@ -185,3 +186,33 @@ def test_among_many_hosts_of_close_scores_the_best_is_the_one_a_check_of_every_h
     limits = Limits(1)
     found = best_unit_target(state, (v,), hosts, limits)
     assert found[0] == _unit_target_plainly(state, (v,), hosts, limits)[0]
+
+
+@SETTINGS
+@given(cases(), st.data())
+def test_a_ranking_kept_across_moves_orders_hosts_as_one_made_now(
+    case: Case, data: st.DataObject
+) -> None:
+    """A ranking made before some moves (and taken back, as probes do) gives the order and
+    scores of one made after them, and the searches using it choose what plain scans do."""
+    state, placed = _placed(case)
+    ranking = Ranking(state)
+    hosts = list(range(len(state.model.hosts)))
+    for _ in range(data.draw(st.integers(0, 4))):
+        if not placed:
+            break
+        v = data.draw(st.sampled_from(placed))
+        t = data.draw(st.sampled_from(hosts))
+        back = data.draw(st.booleans())
+        s = state.host_of[v]
+        state.move(v, t)
+        if back:
+            state.move(v, s)
+        assert list(ranking.lowest_first(hosts)) == list(lowest_first(state, hosts))
+    for v in placed:
+        candidates = candidate_hosts(state, v)
+        found = best_target(state, v, candidates, ranking=ranking)
+        assert found[0] == _target_plainly(state, v, candidates, None)[0]
+        unit = unit_of(state, v)
+        found = best_unit_target(state, unit, candidates, Limits(4), ranking)
+        assert found[0] == _unit_target_plainly(state, unit, candidates, Limits(4))[0]
