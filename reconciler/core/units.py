@@ -257,7 +257,7 @@ def best_target(
     """The host that takes ``v`` with fewest preferred rules broken, then lowest score after.
 
     ``accept`` adds a test (e.g. "repairs this rule") after the feasibility checks. The
-    refusals are those of every host when none takes ``v``; when one does, of some.
+    refusals are those of every host when none takes ``v`` (none are gathered when one does).
     """
     best: tuple[int, int, float, str] | None = None
     best_host: int | None = None
@@ -269,10 +269,7 @@ def best_target(
             refusal = check_move(state, v, t)
             return refusal if refusal is not None or accept is None else accept(t)
 
-        def key_of(t: int) -> tuple[int, int, float, str]:
-            return 0, 0, state.score_with(t, v, 1), names[t].name
-
-        found = _lowest_feasible(state, (v,), hosts, ranking, feasible, key_of)
+        found = _lowest_feasible_vm(state, v, hosts, ranking, feasible)
         if found is not None:
             return found, []
         # no host takes it: every host's reason, from the scan below
@@ -442,7 +439,7 @@ def best_unit_target(
     ranking: Ranking | None = None,
 ) -> tuple[int | None, list[Refusal]]:
     """The host that takes ``unit`` first by :func:`unit_key`, and the refusals of every host
-    when none does (of some when one does)."""
+    when none does (none are gathered when one does)."""
     best: tuple[int, int, float, str] | None = None
     best_host: int | None = None
     if bounded(state, unit):
