@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import ne
 
-from reconciler.core.capacity import SATURATED, pct
+from reconciler.core.capacity import pct
 from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
 from reconciler.core.hugepages import refusal_text, used_after
 from reconciler.core.rules import describe_kind
@@ -97,38 +97,12 @@ def lowest_first(state: State, hosts: Iterable[int]) -> Iterator[tuple[float, in
     host that scores lowest after a move stops at the first host that scores more now than
     the best found scores after, instead of checking every host of a large cluster for
     every VM to place (a drain of 100 hosts of 5,000 places 2,500 VMs)."""
-    model = state.model
-    infos, w_cpu, w_mem = model.hosts, model.weights.cpu, model.weights.memory
-    cpu_load, mem_load = state.cpu_load, state.mem_load
-    heap = [  # ``state.score(t)``, the steps of ``capacity.pct`` inline: every host, every VM
-        (
-            w_cpu
-            * (100.0 * c / den if (den := info.cpu_den) > 0 else (0.0 if c <= 0 else SATURATED))
-            + w_mem
-            * (
-                100.0 * m / use
-                if (use := info.usable_memory) > 0
-                else (0.0 if m <= 0 else SATURATED)
-            ),
-            info.name,
-            t,
-        )
-        for t in hosts
-        for info, c, m in ((infos[t], cpu_load[t], mem_load[t]),)
-    ]
+    names = state.model.hosts
+    heap = [(state.score(t), names[t].name, t) for t in hosts]
     heapq.heapify(heap)
     while heap:
         now, _, t = heapq.heappop(heap)
         yield now, t
-
-
-def _score_now(state: State, t: int) -> float:
-    """``state.score(t)``, the steps of ``capacity.pct`` inline."""
-    info, w = state.model.hosts[t], state.model.weights
-    c, m, den, use = state.cpu_load[t], state.mem_load[t], info.cpu_den, info.usable_memory
-    return w.cpu * (100.0 * c / den if den > 0 else (0.0 if c <= 0 else SATURATED)) + w.memory * (
-        100.0 * m / use if use > 0 else (0.0 if m <= 0 else SATURATED)
-    )
 
 
 class Ranking:
@@ -147,7 +121,7 @@ class Ranking:
         n = len(state.model.hosts)
         self._cpu = list(state.cpu_load)
         self._mem = list(state.mem_load)
-        self._now = [_score_now(state, t) for t in range(n)]
+        self._now = [state.score(t) for t in range(n)]
         names = state.model.hosts
         self._order = sorted((self._now[t], names[t].name, t) for t in range(n))
 
@@ -171,7 +145,7 @@ class Ranking:
         names, order, now = state.model.hosts, self._order, self._now
         for t in changed:
             del order[bisect_left(order, (now[t], names[t].name, t))]
-            now[t] = _score_now(state, t)
+            now[t] = state.score(t)
             insort(order, (now[t], names[t].name, t))
             cpu[t], mem[t] = state.cpu_load[t], state.mem_load[t]
 
