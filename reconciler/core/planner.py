@@ -31,7 +31,7 @@ from reconciler.core.state import Model, State, build
 from reconciler.core.steps import Step
 from reconciler.core.vm_facts import balance_holds
 from reconciler.core.waves import assign_waves
-from reconciler.model.base import HostName, VmName
+from reconciler.model.base import HostName, VmName, fields_of
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
@@ -179,13 +179,16 @@ def of_note(snapshot: Snapshot) -> Snapshot:
     and the holds on going back), an intent (a move in flight, or one that ended out of
     sight) or a failed post-copy. Those checks find nothing in any other sighting, so they
     look at these alone: one pass over 125,000 sightings at 5,000 hosts instead of four."""
-    few = [
-        vm
-        for vm in snapshot.vms
-        if (r := vm.reconciler).last_reason is not None
-        or r.intent is not None
-        or vm.state_reason == intents.POST_COPY_FAILED
-    ]
+    few = []
+    for vm in snapshot.vms:
+        f = fields_of(vm)
+        r = fields_of(f["reconciler"])
+        if (
+            r["last_reason"] is not None
+            or r["intent"] is not None
+            or f["state_reason"] == intents.POST_COPY_FAILED
+        ):
+            few.append(vm)
     return snapshot.model_copy(update={"vms": few})
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from reconciler.core import backoff
+from reconciler.model.base import fields_of
 from reconciler.model.history import History
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.snapshot import VmState
@@ -60,14 +61,16 @@ def balance_holds(
     cooldown = spec.cooldown
 
     def hold(vm: VmState) -> str | None:
-        record = vm.reconciler
+        f = fields_of(vm)
+        r = fields_of(f["reconciler"])
         if (
-            record.last_moved_at is None
-            and record.last_failure is None
-            and vm.uptime is not None
-            and vm.uptime >= min_uptime
+            r["last_moved_at"] is None
+            and r["last_failure"] is None
+            and (uptime := f["uptime"]) is not None
+            and uptime >= min_uptime
         ):
             return None  # the common case, decided without date arithmetic
+        record = vm.reconciler
         if record.last_moved_at is not None and now - record.last_moved_at < cooldown:
             return f"moved at {record.last_moved_at.isoformat()}, within the cooldown"
         window = backoff.window(record, cooldown)

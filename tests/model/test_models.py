@@ -5,10 +5,12 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
+from reconciler.model.base import fields_of
 from reconciler.model.cluster import Cluster, effective_migration_limits, effective_reserve
 from reconciler.model.desired import DesiredState
 from reconciler.model.policy import BalancePolicy, cron_problem, timezone_problem
 from reconciler.model.rules import PinRule, PlacementRules
+from tests.core.builders import vm
 
 HEAD = {"apiVersion": "placement/v1alpha1", "metadata": {"name": "lab"}}
 
@@ -117,3 +119,18 @@ def test_cron_schedules_are_read_by_cronsim(schedule: str, problem: str | None) 
 def test_time_zones_are_iana_names(zone: str, problem: str | None) -> None:
     found = timezone_problem(zone)
     assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+def test_fields_of_is_every_field_by_its_python_name() -> None:
+    """The planner's passes over every sighting read fields from ``fields_of``: it must hold
+    each field's value under its snake_case name, as attribute access gives it, including the
+    defaults a document left out and the values of nested models."""
+    sighting = vm("web-1", "kvm-01", cpu_used=1.5, last_moved_at=None)
+    fields = fields_of(sighting)
+    assert set(fields) == set(type(sighting).model_fields)
+    for name in type(sighting).model_fields:
+        assert fields[name] is getattr(sighting, name), name
+    record = fields_of(fields["reconciler"])
+    assert set(record) == set(type(sighting.reconciler).model_fields)
+    assert record["last_moved_at"] is None
+    assert fields["cpu_used"] == 1.5
