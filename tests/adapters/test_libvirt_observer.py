@@ -158,6 +158,37 @@ def test_vm_on_two_hosts_is_in_flight(tmp_path: Path) -> None:
         assert UnmigratableReason.IN_FLIGHT in [u.code for u in vm.unmigratable]
 
 
+def test_vms_are_listed_in_name_then_host_order_whatever_host_they_run_on(
+    tmp_path: Path,
+) -> None:
+    """The planner indexes VMs in (name, host) order: the snapshot lists them so, and a VM that
+    moves keeps its place in the list (recorded observations differ by its fields alone)."""
+    ids = iter(f"11111111-2222-4333-8444-{k:012d}" for k in range(1, 100))
+    web2, db1, web1, moving = (next(ids) for _ in range(4))
+
+    def observed(on_a: list[tuple[str, str]], on_b: list[tuple[str, str]]) -> Snapshot:
+        a = write(tmp_path / "a.xml", *(vm_xml(n, u) for n, u in on_a))
+        b = write(tmp_path / "b.xml", *(vm_xml(n, u) for n, u in on_b))
+        return observe_cluster(cluster_of(("kvm-01", a), ("kvm-02", b)), sample_interval=0)
+
+    before = observed([("web-2", web2), ("db-1", db1)], [("web-1", web1), ("moving", moving)])
+    assert [(vm.name, vm.host) for vm in before.vms] == [
+        ("db-1", "kvm-01"),
+        ("moving", "kvm-02"),
+        ("web-1", "kvm-02"),
+        ("web-2", "kvm-01"),
+    ]
+    after = observed([("web-2", web2), ("db-1", db1), ("moving", moving)], [("web-1", web1)])
+    assert [vm.name for vm in after.vms] == [vm.name for vm in before.vms]
+    assert after.vms[1].host == "kvm-01"
+    both = observed([("moving", moving), ("db-1", db1)], [("moving", moving)])
+    assert [(vm.name, vm.host) for vm in both.vms] == [
+        ("db-1", "kvm-01"),
+        ("moving", "kvm-01"),
+        ("moving", "kvm-02"),
+    ]
+
+
 def test_unreachable_host_is_reported_not_empty(tmp_path: Path) -> None:
     good = write(tmp_path / "a.xml", vm_xml("web-1", "11111111-2222-4333-8444-000000000001"))
     bad = f"qemu+unix:///system?socket={tmp_path}/no-such/libvirt-sock"
