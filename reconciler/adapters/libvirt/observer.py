@@ -355,7 +355,7 @@ def _snapshot(
     cpu_models_differ = len(models) > 1
     # In (name, host) order, the order the planner indexes VMs in: it then finds them sorted,
     # and a snapshot file read back lays them out in memory in the order its passes go (at
-    # 125,000 VMs whose names do not follow their hosts, 7-15% of a plan). A VM that moves
+    # 125,000 VMs whose names do not follow their hosts, 7-20% of a plan). A VM that moves
     # keeps its place in the list, so recorded observations differ by its fields alone.
     raw = sorted(
         ((vm, mode) for _, vms in results for vm, mode, _ in vms),
