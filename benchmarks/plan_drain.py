@@ -16,12 +16,11 @@ import argparse
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from own_process import measured
 
 
 def _measure(hosts: int, drain: int, repeat: int) -> dict[str, object]:
@@ -60,17 +59,7 @@ def _measure(hosts: int, drain: int, repeat: int) -> dict[str, object]:
 
 def _run(package: Path | None, hosts: int, drain: int, repeat: int) -> dict[str, object]:
     """One measurement in a process of its own, importing ``reconciler`` from ``package``."""
-    path = [str(package)] if package is not None else []
-    code = (
-        "import json, sys; sys.path[:0] = " + json.dumps([*path, str(HERE)]) + "\n"
-        "import plan_drain\n"
-        f"print(json.dumps(plan_drain._measure({hosts}, {drain}, {repeat})))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=3600
-    )
-    found: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
-    return found
+    return measured("plan_drain", f"_measure({hosts}, {drain}, {repeat})", package)
 
 
 def main() -> int:

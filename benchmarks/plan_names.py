@@ -26,13 +26,13 @@ import json
 import pickle
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from own_process import measured
+
 FILES = {
     "aligned": "aligned.json",
     "random, by host": "random-by-host.json",
@@ -100,19 +100,6 @@ def _measure(where: str, repeat: int) -> dict[str, object]:
     }
 
 
-def _run(call: str) -> dict[str, object]:
-    code = (
-        "import json, sys; sys.path.insert(0, " + json.dumps(str(HERE)) + ")\n"
-        "import plan_names\n"
-        f"print(json.dumps(plan_names.{call}))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=3600
-    )
-    found: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
-    return found
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=5000)
@@ -122,12 +109,12 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        _run(f"_write({args.hosts}, {args.seed}, {tmp!r})")
+        measured("plan_names", f"_write({args.hosts}, {args.seed}, {tmp!r})")
         cpus: dict[str, list[float]] = {label: [] for label in FILES}
         plans: dict[str, set[object]] = {label: set() for label in FILES}
         for k in range(args.rounds):
             for label, name in FILES.items():
-                found = _run(f"_measure({str(folder / name)!r}, {args.repeat})")
+                found = measured("plan_names", f"_measure({str(folder / name)!r}, {args.repeat})")
                 cpus[label].append(float(str(found["cpu"])))
                 plans[label].add(found["sha256"])
                 print(f"round {k + 1} {label:16} {json.dumps(found)}", flush=True)
