@@ -86,9 +86,14 @@ class Timeline:
         now = time.monotonic()
         for vm, seen in live.items():
             if len(seen) > 1:
-                self.twice.setdefault(vm, set()).update(h for h, _ in seen)
-                continue
-            on, by = seen[0]
+                # Hosts are read one after another: a migration that ended between the reading
+                # of its source and of its target shows it on both. Read the earlier hosts
+                # again: a VM that still runs there ran on both at the target's reading.
+                again = [h for h, _ in seen[:-1] if self.runs(h, vm)]
+                if again:
+                    self.twice.setdefault(vm, set()).update([*again, seen[-1][0]])
+                    continue
+            on, by = seen[-1]
             before = self.where.get(vm)
             if before is not None and before != on:
                 self.moves.append(Move(vm, before, on, by, now))
@@ -100,6 +105,20 @@ class Timeline:
                     last.by = by
             self.where[vm] = on
         self.polls += 1
+
+    def runs(self, host: str, vm: str) -> bool:
+        """Whether ``vm`` runs on ``host`` now (paused by a migration does not count)."""
+        (uri,) = (h.uri for h in self.lab.hosts if h.name == host)
+        conn = libvirt.open(uri)
+        try:
+            dom = conn.lookupByName(vm)
+            state, reason = dom.state()
+            active = bool(dom.isActive())
+        except libvirt.libvirtError:
+            return False  # not there any more
+        finally:
+            conn.close()
+        return active and not (state == libvirt.VIR_DOMAIN_PAUSED and reason in MIGRATION_PAUSES)
 
     def run(self) -> None:
         while not self.done.is_set():
