@@ -140,6 +140,19 @@ def resolved(
     for name, seen in sightings.items():
         if any(v.state_reason in POST_COPY_REASONS for v in seen):
             continue  # held by a post-copy, going on or failed: see post_copy_failures
+        lost = _lost_leaving_a_copy(seen)
+        if lost is not None:  # the copy goes; the source's sighting is then lost as below
+            source, left = lost
+            summary = (
+                f"its post-copy to {left.host} was lost (shut off as migrated on {source.host}); "
+                f"the copy {left.host}'s daemon left defined there, shut off, is removed"
+            )
+            out.append(
+                Resolution(name, source.uuid, source.host, source.reconciler, summary, left.host)
+            )
+            halves.add(name)
+            replaced[(name, source.host)] = _held_where_it_is(source)
+            continue
         if _ended_out_of_sight(seen):
             replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
             continue
@@ -250,6 +263,32 @@ def _ended_out_of_sight(seen: list[VmState]) -> bool:
     )
 
 
+def _lost_leaving_a_copy(seen: list[VmState]) -> tuple[VmState, VmState] | None:
+    """(source, target) of a VM lost with its post-copy whose target's restarted daemon left
+    its copy defined there, shut off: one VM (one uuid) seen on the source of its unresolved
+    move, shut off as migrated, and on that move's target, shut off; else None."""
+    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+        return None
+    source = next((v for v in seen if _ended_out_of_sight([v])), None)
+    if source is None:
+        return None
+    intent = source.reconciler.intent
+    assert intent is not None
+    (left,) = (v for v in seen if v is not source)
+    if left.host != intent.target or left.state is not VmRunState.SHUTOFF:
+        return None
+    return source, left
+
+
+def _lost_source(seen: list[VmState]) -> VmState | None:
+    """The source's sighting of a VM whose post-copy ended there while it runs on no host
+    seen (alone, or beside the shut-off copy its target's daemon left), else None."""
+    if _ended_out_of_sight(seen):
+        return seen[0]
+    lost = _lost_leaving_a_copy(seen)
+    return lost[0] if lost is not None else None
+
+
 def _held_where_it_is(vm: VmState) -> VmState:
     blocker = Unmigratable(
         code=UnmigratableReason.IN_FLIGHT,
@@ -272,13 +311,17 @@ def out_of_sight_held(snapshot: Snapshot) -> Snapshot:
         v.reconciler.intent is not None and v.state_reason == "migrated" for v in snapshot.vms
     ):
         return snapshot  # the common case, decided without grouping the sightings
-    count: dict[str, int] = {}
-    for vm in snapshot.vms:
-        count[vm.name] = count.get(vm.name, 0) + 1
-    vms = [
-        _held_where_it_is(v) if count[v.name] == 1 and _ended_out_of_sight([v]) else v
+    named = {
+        v.name
         for v in snapshot.vms
-    ]
+        if v.reconciler.intent is not None and v.state_reason == "migrated"
+    }
+    seen: dict[str, list[VmState]] = {}
+    for vm in snapshot.vms:
+        if vm.name in named:
+            seen.setdefault(vm.name, []).append(vm)
+    lost = {name for name, sightings in seen.items() if _lost_source(sightings) is not None}
+    vms = [_held_where_it_is(v) if v.name in lost else v for v in snapshot.vms]
     return snapshot.model_copy(update={"vms": vms})
 
 
@@ -334,8 +377,9 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
     out: list[Unsatisfiable] = []
     for name, seen in sorted(by_name.items()):
         failed = [v for v in seen if v.state_reason == POST_COPY_FAILED]
-        if _ended_out_of_sight(seen):
-            out.append(_out_of_sight(seen[0], uris, reachable))
+        source_seen = _lost_source(seen)
+        if source_seen is not None:
+            out.append(_out_of_sight(source_seen, uris, reachable, left=len(seen) > 1))
             continue
         if not failed:
             continue
@@ -364,7 +408,9 @@ def post_copy_failures(snapshot: Snapshot) -> list[Unsatisfiable]:
     return out
 
 
-def _out_of_sight(vm: VmState, uris: dict[str, str], reachable: set[str]) -> Unsatisfiable:
+def _out_of_sight(
+    vm: VmState, uris: dict[str, str], reachable: set[str], left: bool = False
+) -> Unsatisfiable:
     intent = vm.reconciler.intent
     assert intent is not None
     source, target, uri = intent.source, intent.target, uris.get(intent.source, intent.source)
@@ -374,6 +420,11 @@ def _out_of_sight(vm: VmState, uris: dict[str, str], reachable: set[str]) -> Uns
             f"{target} does not run it: it was lost with its post-copy; start it again on "
             f"{source} (virsh -c {uri} start {vm.name}), it boots afresh"
         )
+        if left:
+            todo += (
+                f"; the copy {target} left defined, shut off, is removed by the next round "
+                f"that acts (never start it there)"
+            )
     else:
         todo = (
             f"{vm.name}'s migration to {target} ended on {source} (shut off as migrated) while "

@@ -109,3 +109,39 @@ def test_a_vm_whose_post_copy_ended_out_of_sight_is_neither_a_failure_nor_moved(
     assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
     plain = seen("h0", VmRunState.SHUTOFF, "shutdown")
     assert resolved(snapshot(HOSTS, [plain]), NOW)[1], "shut down by a person: a failure"
+
+
+def test_a_lost_vm_whose_target_kept_a_shut_off_copy_loses_the_copy_and_is_reported() -> None:
+    # the target's restarted daemon ended its incoming copy but left it defined, shut off
+    lost = seen("h0", VmRunState.SHUTOFF, "migrated")
+    left = seen("h1", VmRunState.SHUTOFF, "failed")
+    snap, [r] = resolved(snapshot(HOSTS, [lost, left], flying(lost, left)), NOW)
+    assert (r.host, r.discard_on) == ("h0", "h1")
+    assert r.state.intent == INTENT, "no failure on the source: it was lost, not stopped"
+    assert r.state.last_failure is None
+    (kept,) = snap.vms
+    assert (kept.host, kept.reconciler.intent, kept.migratable) == ("h0", INTENT, False)
+    assert snap.in_flight == []
+    [problem] = post_copy_failures(snap)
+    assert "it was lost with its post-copy; start it again on h0" in problem.message
+    # `plan`, which resolves nothing, says the same, names the copy, and moves neither sighting
+    unresolved = snapshot(HOSTS, [lost, left], flying(lost, left))
+    [said] = post_copy_failures(unresolved)
+    assert "start it again on h0" in said.message
+    assert "the copy h1 left defined, shut off, is removed by the next round" in said.message
+    d = desired([host("h0"), host("h1")], placement={"a": "h1"})
+    p = plan(d, unresolved, History(), now=NOW)
+    assert p.moves == []
+    assert UnsatisfiableCode.POST_COPY_FAILED in [u.code for u in p.unsatisfiable]
+
+
+def test_a_shut_off_copy_elsewhere_than_the_target_or_running_is_no_lost_post_copy() -> None:
+    lost = seen("h0", VmRunState.SHUTOFF, "migrated")
+    running = seen("h1", VmRunState.RUNNING, "migrated")
+    _, [r] = resolved(snapshot(HOSTS, [lost, running], flying(lost, running)), NOW)
+    assert r.state.intent is None, "running on its target: a move"
+    third = [*HOSTS, host_state("h2")]
+    elsewhere = seen("h2", VmRunState.SHUTOFF, "failed")
+    snap = snapshot(third, [lost, elsewhere], flying(lost, elsewhere))
+    assert post_copy_failures(snap) == []
+    assert all(r.discard_on != "h2" for r in resolved(snap, NOW)[1])

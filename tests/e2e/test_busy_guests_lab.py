@@ -464,6 +464,13 @@ def test_a_post_copy_whose_target_daemon_is_killed_ends_as_the_docs_say(
     (problem,) = (u for u in planned["unsatisfiable"] if u["code"] == "PostCopyFailed")
     assert f"start it again on {source}" in problem["message"]
     assert f"start {WRITER}" in problem["message"]
+    if len(seen) > 1:  # the target's daemon left its copy defined: the next round removes it
+        assert "is removed by the next round" in problem["message"]
+        code, _, err = reconciler(capsys, "apply", cluster, "--yes", "--state-dir", state)
+        assert code == 0, err
+        assert [(h, s) for h, _, s in domains(guests)[WRITER]] == [
+            (source, libvirt.VIR_DOMAIN_SHUTOFF)
+        ]
     # what the plan says a person does, then the next round settles the record
     conn = libvirt.open(uris[source])
     try:

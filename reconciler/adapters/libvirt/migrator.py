@@ -133,12 +133,13 @@ class LibvirtMigrator:
                 pool.close()
 
     def discard_copy(self, host: str, vm: str, *, uuid: str) -> None:
-        """Remove the shut-off copy of ``vm`` a stopped cold move left on ``host``;
+        """Remove the shut-off copy of ``vm`` a stopped move left on ``host`` (a cold move's,
+        or a lost post-copy's that the target's daemon left defined);
         ReconcilerError when it cannot be removed (ConfigError: no such host)."""
         pool = self.pool or ConnectionPool({host: self.host_of(host).uri}, self.connection)
         try:
             cold_move.discard_copy(pool, self.leftovers, host, uuid)
-            log.warning("%s: removed the copy a stopped cold move left on %s", vm, host)
+            log.warning("%s: removed the shut-off copy a stopped move left on %s", vm, host)
         finally:
             if pool is not self.pool:
                 pool.close()
