@@ -305,8 +305,9 @@ def _held_where_it_is(vm: VmState) -> VmState:
 
 
 def out_of_sight_held(snapshot: Snapshot) -> Snapshot:
-    """``snapshot`` with every VM whose migration ended out of sight (``_ended_out_of_sight``)
-    made immovable, as ``resolved`` leaves it: for a plan made without resolving intents."""
+    """``snapshot`` with every VM whose migration ended out of sight (``_lost_source``: alone
+    on its source, or beside the shut-off copy its target kept) made immovable, every sighting
+    of it, as ``resolved`` leaves it: for a plan made without resolving intents."""
     if not any(
         v.reconciler.intent is not None and v.state_reason == "migrated" for v in snapshot.vms
     ):
