@@ -31,7 +31,7 @@ from reconciler.adapters.lab import Lab
 from reconciler.cli import main
 from reconciler.model.status import MoveOutcome, ReconcileStatus
 from tests.e2e.test_apply_cli import assert_settled, domains
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import migrate_plainly, start_lab_or_skip, stop_and_check
 
 libvirt = pytest.importorskip("libvirt")
 
@@ -77,27 +77,14 @@ def put(lab: Lab, vm: str, host: str) -> None:
     now = where(lab)[vm]
     if now == host:
         return
-    uris = {h.name: h.uri for h in lab.hosts}
     was = lab_api.lab_status(Path(lab.dir))
     dirty = next((v.workload or "" for v in was.vms if v.name == vm), "")
     busy = "dirty" in dirty
     if busy:
         lab_api.set_load(Path(lab.dir), vm, {"dirty": 0})
-    conn = libvirt.open(uris[now])
     try:
-        conn.lookupByName(vm).migrateToURI3(
-            uris[host],
-            {
-                libvirt.VIR_MIGRATE_PARAM_URI: "tcp://127.0.0.1",
-                libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: "127.0.0.1",
-            },
-            libvirt.VIR_MIGRATE_LIVE
-            | libvirt.VIR_MIGRATE_PEER2PEER
-            | libvirt.VIR_MIGRATE_PERSIST_DEST
-            | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE,
-        )
+        migrate_plainly(lab, vm, now, host)
     finally:
-        conn.close()
         if busy:
             lab_api.set_load(Path(lab.dir), vm, {"dirty": WRITES})
 

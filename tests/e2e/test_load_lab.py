@@ -42,12 +42,10 @@ from reconciler.adapters.lab.metrics import FOLDER, prometheus_url
 from tests.e2e.test_apply_cli import assert_settled, domains
 from tests.e2e.test_run_lab import ROOT, metric, stop, wait_until
 from tests.gitrepos import git, state_remote
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import migrate_plainly, start_lab_or_skip, stop_and_check
 from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
-
-libvirt = pytest.importorskip("libvirt")
 pytest.importorskip("libvirt")
 
 # web-1..3 and db-1 start on kvm-01, db-2 on kvm-02; kvm-03 has none
@@ -137,25 +135,9 @@ def hotspot(guests: Lab) -> Lab:
     is a hot spot by design, which the reconciler's admission may rightly refuse to build
     (``hostLimit`` on the short sample, while the guests it moves are busy)."""
     where = assert_settled(guests)
-    uris = {h.name: h.uri for h in guests.hosts}
     for vm, host in sorted(START.items()):
-        if where[vm] == host:
-            continue
-        conn = libvirt.open(uris[where[vm]])
-        try:
-            conn.lookupByName(vm).migrateToURI3(
-                uris[host],
-                {
-                    libvirt.VIR_MIGRATE_PARAM_URI: "tcp://127.0.0.1",
-                    libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: "127.0.0.1",
-                },
-                libvirt.VIR_MIGRATE_LIVE
-                | libvirt.VIR_MIGRATE_PEER2PEER
-                | libvirt.VIR_MIGRATE_PERSIST_DEST
-                | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE,
-            )
-        finally:
-            conn.close()
+        if where[vm] != host:
+            migrate_plainly(guests, vm, where[vm], host)
     assert assert_settled(guests) == START
     return guests
 

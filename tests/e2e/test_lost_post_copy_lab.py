@@ -18,6 +18,7 @@ from reconciler.adapters.libvirt.recorder import LibvirtRecorder
 from reconciler.config import load_desired
 from reconciler.model.snapshot import MoveIntent, ReconcilerState
 from tests.e2e.test_apply_cli import assert_sound, domains, reconciler
+from tests.lab_fixtures import migrate_plainly
 
 pytestmark = pytest.mark.lab
 
@@ -34,20 +35,8 @@ def lost_leaving_a_copy(lab: Lab, vm: str, source: str, target: str) -> None:
     LibvirtRecorder(load_desired(lab.cluster_dir).cluster).record(
         source, vm, ReconcilerState(intent=intent)
     )
-    conn = libvirt.open(uris[source])
-    try:  # ends on the source as a migration does, but keeps the source's definition
-        conn.lookupByName(vm).migrateToURI3(
-            uris[target],
-            {
-                libvirt.VIR_MIGRATE_PARAM_URI: "tcp://127.0.0.1",
-                libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: "127.0.0.1",
-            },
-            libvirt.VIR_MIGRATE_LIVE
-            | libvirt.VIR_MIGRATE_PEER2PEER
-            | libvirt.VIR_MIGRATE_PERSIST_DEST,
-        )
-    finally:
-        conn.close()
+    # ends on the source as a migration does, but keeps the source's definition
+    migrate_plainly(lab, vm, source, target, keep_source=True)
     conn = libvirt.open(uris[target])
     try:
         conn.lookupByName(vm).destroy()  # ended, still defined
