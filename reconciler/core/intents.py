@@ -308,15 +308,13 @@ def out_of_sight_held(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with every VM whose migration ended out of sight (``_lost_source``: alone
     on its source, or beside the shut-off copy its target kept) made immovable, every sighting
     of it, as ``resolved`` leaves it: for a plan made without resolving intents."""
-    if not any(
-        v.reconciler.intent is not None and v.state_reason == "migrated" for v in snapshot.vms
-    ):
-        return snapshot  # the common case, decided without grouping the sightings
     named = {
         v.name
         for v in snapshot.vms
         if v.reconciler.intent is not None and v.state_reason == "migrated"
     }
+    if not named:
+        return snapshot  # the common case, decided without grouping the sightings
     seen: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
         if vm.name in named:
