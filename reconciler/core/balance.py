@@ -356,11 +356,14 @@ def _too_small(
     t)``, and ``t' - t`` is ``cpu * w_cpu / den + mem * w_mem / usable``, at most ``cpu *
     k_cpu + mem * k_mem``; ``small`` leaves room for rounding. With a target of no capacity
     (saturated) nothing is too small."""
-    if not all(loaded for _, _, loaded, *_ in rest):
-        return 0.0, 0.0, -math.inf
-    k_cpu = max(w_cpu / den for _, _, _, _, den, *_ in rest)
-    k_mem = max(w_mem / usable for _, _, _, _, _, _, usable, *_ in rest)
-    size = 1.0 + abs(s_score) + abs(short) + max(abs(gap) for *_, gap, _, _, _ in rest)
+    k_cpu = k_mem = far = -math.inf
+    for _, _, loaded, _, den, _, usable, gap, _, _, _ in rest:  # one pass, the maxima of all
+        if not loaded:
+            return 0.0, 0.0, -math.inf
+        k_cpu = max(k_cpu, w_cpu / den)
+        k_mem = max(k_mem, w_mem / usable)
+        far = max(far, abs(gap))
+    size = 1.0 + abs(s_score) + abs(short) + far
     return k_cpu, k_mem, short - SLACK * size
 
 
@@ -438,6 +441,22 @@ class _Search:
         """The best move from the ``n_src`` most to the ``n_tgt`` least loaded hosts; with
         ``first_source``, from the most loaded source that has a qualifying move.
 
+        Feasibility (:func:`check_move`) is asked of the winner alone first: the best move
+        of all, feasible, is the best feasible move (keys are unique, so the order in which
+        moves are ranked does not matter), and the first source with a qualifying move is
+        then the first with a feasible one. Only when the winner is refused does the search
+        run again asking it of every move that ranks best so far, as it goes.
+        """
+        found = self._ranked(n_src, n_tgt, first_source, checked=False)
+        if found is None or check_move(self.state, found[0], found[1]) is None:
+            return found
+        return self._ranked(n_src, n_tgt, first_source, checked=True)
+
+    def _ranked(
+        self, n_src: int, n_tgt: int, first_source: bool, checked: bool
+    ) -> tuple[int, int, float] | None:
+        """:meth:`run`'s search; with ``checked``, among feasible moves only.
+
         The innermost loop runs for every VM of a source and every target, thousands of times
         a plan on a large cluster: what does not depend on both is worked out before it, in
         the very same arithmetic (a float computed otherwise could tip a tie between moves).
@@ -492,8 +511,15 @@ class _Search:
             for t_score, t_name, t, loaded, t_cpu, den, t_mem, usable, t_dev in targets:
                 if t_score >= floor:
                     break
-                hi_other = next((scores[x] for x in hi_rest if x != t), -math.inf)
-                lo_other = next((scores[x] for x in lo_rest if x != t), math.inf)
+                hi_other, lo_other = -math.inf, math.inf
+                for x in hi_rest:  # the first not ``t`` (a loop: no generator a target)
+                    if x != t:
+                        hi_other = scores[x]
+                        break
+                for x in lo_rest:
+                    if x != t:
+                        lo_other = scores[x]
+                        break
                 gap, devs = s_score - t_score, s_dev + t_dev
                 rest.append(
                     (t_name, t, loaded, t_cpu, den, t_mem, usable, gap, devs, hi_other, lo_other)
@@ -564,7 +590,7 @@ class _Search:
                     )
                     if at_cost_1 and best_key is not None and key >= best_key:
                         continue
-                    if check_move(state, v, t) is not None:
+                    if checked and check_move(state, v, t) is not None:
                         continue
                     breaks, repairs = (0, 0) if at_cost_1 else preferred_delta(state, v, t)
                     if breaks or repairs:

@@ -31,13 +31,13 @@ from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.hugepages import need_of
 from reconciler.core.movable import copy_bytes, why_fixed
 from reconciler.core.selectors import Index, Item, matches
-from reconciler.core.state import Model, _in_order, build, vm_info
+from reconciler.core.state import Model, State, _in_order, build, vm_info
 from reconciler.core.steps import Step
 from reconciler.core.units import fixed_reason, is_fixed
 from reconciler.core.waves import assign_waves
 from reconciler.model.plan import Reason
 from reconciler.model.policy import BalancePolicySpec, Basis
-from reconciler.model.rules import Selector
+from reconciler.model.rules import Rule, Selector
 from reconciler.model.snapshot import MigrationClass, VmDisk, VmRunState, VmState
 from tests.core.builders import desired, host, host_state, rule, snapshot, vm
 from tests.core.strategies import Case, cases
@@ -259,6 +259,44 @@ def test_the_greedy_search_finds_the_move_a_plain_search_finds(
             v, t, _ = found
             board.move(v, t)  # the listings of both hosts are made again
             moved.add(v)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 24), min_size=2, max_size=6), st.integers(1, 4))
+def test_a_search_whose_best_move_is_refused_finds_the_best_feasible_one(
+    sizes: list[int], cool: int
+) -> None:
+    """The search asks feasibility of its winner alone first; when a required rule refuses
+    that move, it finds what the plain search finds, checking every move as it goes."""
+    names = ["h1", *(f"c{i}" for i in range(cool))]
+    vms = [vm(f"v{i}", "h1", memory_gib=g, cpu_used=0.1) for i, g in enumerate(sizes)]
+    states = [host_state(h) for h in names]
+
+    def search_of(rules: list[Rule]) -> tuple[State, _Search]:
+        model, state = build(
+            desired([host(h) for h in names], rules=rules, threshold=1), snapshot(states, vms)
+        )
+        board = _Board(state, model.arches["x86_64"])
+        return state, board.search(board.spread(), EPSILON, lambda v: True, set(), 1.0)
+
+    state, search = search_of([])
+    winner = search._ranked(16, 16, False, checked=False)
+    assert winner is not None
+    assert check_move(state, winner[0], winner[1]) is None
+    keep = rule(
+        name="keep",
+        type="hostAntiAffinity",
+        vms={"names": [state.model.vms[winner[0]].name]},
+        hosts={"names": [state.model.hosts[winner[1]].name]},
+    )
+    state, search = search_of([keep])
+    # the rule changes no score: the same winner ranks first, and it is refused now
+    assert search._ranked(16, 16, False, checked=False) == winner
+    assert check_move(state, winner[0], winner[1]) is not None
+    for n_src, n_tgt, first in [(1, 4, False), (16, 16, True), (1, 1, False)]:
+        found = search.run(n_src, n_tgt, first)
+        assert found == _searched_plainly(search, n_src, n_tgt, first)
+        assert found != winner
 
 
 @SETTINGS
