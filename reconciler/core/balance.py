@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.beam import Path, beam_search, small_enough
-from reconciler.core.capacity import SATURATED, VmInfo, spread
+from reconciler.core.capacity import SATURATED, spread
 from reconciler.core.feasibility import EPSILON, check_move, preferred_delta
 from reconciler.core.state import State
 from reconciler.core.steps import Step
@@ -191,29 +191,6 @@ def _greedy(
     return steps
 
 
-def _without_each(state: State, s: int) -> list[tuple[int, VmInfo, float]]:
-    """The VMs on ``s`` in index order, each with ``s``'s score without it: ``score_with(s,
-    v, -1)`` of each, its arithmetic inline (the same operations, so the same floats)."""
-    model = state.model
-    vms, host, w = model.vms, model.hosts[s], model.weights
-    den, usable = host.cpu_den, host.usable_memory
-    on = sorted(state.vms_on[s])
-    if den <= 0 or usable <= 0:
-        return [(v, vms[v], state.score_with(s, v, -1)) for v in on]
-    cpu, mem = state.cpu_load[s], state.mem_load[s]
-    w_cpu, w_mem = w.cpu, w.memory
-    return [
-        (
-            v,
-            vm,
-            w_cpu * (100.0 * (cpu - vm.cpu_load) / den)
-            + w_mem * (100.0 * (mem - vm.mem_load) / usable),
-        )
-        for v in on
-        for vm in (vms[v],)
-    ]
-
-
 class _Board:
     """Host scores of one architecture kept sorted while moves are applied to the state."""
 
@@ -224,16 +201,6 @@ class _Board:
         self.scores = {h: state.score(h) for h in hosts}
         self.order = sorted((self.scores[h], self.names[h], h) for h in hosts)
         self.total = sum(self.scores.values())
-        self._listed: dict[int, list[tuple[int, VmInfo, float]]] = {}
-
-    def listed(self, s: int) -> list[tuple[int, VmInfo, float]]:
-        """The VMs on ``s`` in index order, each with ``s``'s score without it; kept until a
-        move changes ``s`` (a host stays among the hottest for many searches in a row)."""
-        found = self._listed.get(s)
-        if found is None:
-            found = _without_each(self.state, s)
-            self._listed[s] = found
-        return found
 
     def spread(self) -> float:
         return self.order[-1][0] - self.order[0][0]
@@ -242,8 +209,6 @@ class _Board:
         """Move ``v`` to ``t`` in the state and re-sort its two hosts."""
         s = self.state.host_of[v]
         self.state.move(v, t)
-        self._listed.pop(s, None)
-        self._listed.pop(t, None)
         order, scores = self.order, self.scores
         for h in (s, t):
             del order[bisect_left(order, (scores[h], self.names[h], h))]
@@ -264,7 +229,6 @@ class _Board:
         mean = self.total / len(self.order)
         return _Search(
             self.state,
-            self.listed,
             self.order,
             self.scores,
             mean,
@@ -411,7 +375,6 @@ class _Search:
     def __init__(
         self,
         state: State,
-        listed: Callable[[int], list[tuple[int, VmInfo, float]]],
         order: list[tuple[float, str, int]],
         scores: dict[int, float],
         mean: float,
@@ -426,7 +389,6 @@ class _Search:
         self.ceiling = spread if ceiling is None else ceiling
         """A move must leave the spread no higher than this."""
         self.state = state
-        self.listed = listed
         self.order = order
         self.scores = scores
         self.spread = spread
@@ -465,7 +427,8 @@ class _Search:
         model = state.model
         w = model.weights
         w_cpu, w_mem = w.cpu * 100.0, w.memory * 100.0
-        hosts, listed = model.hosts, self.listed
+        w_c, w_m = w.cpu, w.memory
+        hosts, vms, vms_on = model.hosts, model.vms, state.vms_on
         cpu_load, mem_load = state.cpu_load, state.mem_load
         moved, eligible = self.moved, self.eligible
         preferred = model.rules.preferred
@@ -529,10 +492,27 @@ class _Search:
             k_cpu, k_mem, small = _too_small(rest, w_cpu, w_mem, s_score, short)
             t_scores = [e[0] for e in targets[: len(rest)]]
             bounds = _rank_bounds(rest, t_scores, w_cpu, w_mem, spread, mean, within)
-            for v, vm, s_after in listed(s):
+            host = hosts[s]
+            s_cpu, s_den, s_mem, s_usable = (
+                cpu_load[s],
+                host.cpu_den,
+                mem_load[s],
+                host.usable_memory,
+            )
+            plain = s_den > 0 and s_usable > 0
+            for v in vms_on[s]:  # in any order: keys are unique, so the best is the same
                 if v in moved or not eligible(v):
                     continue
+                vm = vms[v]
                 v_cpu, v_mem = vm.cpu_load, vm.mem_load
+                # the source's score without the VM, ``score_with(s, v, -1)`` with its
+                # arithmetic inline (the same operations, so the same floats)
+                s_after = (
+                    w_c * (100.0 * (s_cpu - v_cpu) / s_den)
+                    + w_m * (100.0 * (s_mem - v_mem) / s_usable)
+                    if plain
+                    else state.score_with(s, v, -1)
+                )
                 # The gap to a target narrows by at most what the source loses plus what the
                 # target gains: below ``need`` for every target, no target is worth a look.
                 if (

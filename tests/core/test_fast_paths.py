@@ -2,9 +2,10 @@
 
 Each shortcut a large cluster needs (label sets built for the keys rules ask about, waves that
 skip the full ones, VMs sorted by name alone, the model's VMs made under one policy, the greedy
-search's per-host listings, per-target figures, the VMs too small for any target and those that
-cannot rank before the best move found, at cost 1 or at their own) is checked
-here against the plain form it replaced, on random inputs.
+search's source scores without each VM worked out inline with its VMs in any order, its
+per-target figures, the VMs too small for any target and those that cannot rank before the
+best move found, at cost 1 or at their own, and feasibility asked of the winner first) is
+checked here against the plain form it replaced, on random inputs.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def test_the_greedy_search_finds_the_move_a_plain_search_finds(
             if found is None:
                 break
             v, t, _ = found
-            board.move(v, t)  # the listings of both hosts are made again
+            board.move(v, t)  # both hosts' figures change
             moved.add(v)
 
 
