@@ -7,7 +7,9 @@ its hold mid-move). It is resolved from the observation alone: the VM on the tar
 (its cooldown starts), on the source a failure, on both still in flight (left alone), except a
 cold move stopped between defining the VM on the target and undefining it on the source: shut
 off on both hosts with the same intent, its target copy is discarded (the source was not
-touched before the copy was verified) and the move recorded as failed on the source; and a
+touched before the copy was verified) and the move recorded as failed on the source; such a
+move (or a post-copy lost with its target's copy kept) whose VM a person started again on
+its source: the same, the VM running where it was started; and a
 live move libvirt ended after its call failed (running on the target, left shut off and
 defined on the source): a move, the source's definition removed. A VM held by a post-copy,
 going on or failed, is left alone: ``post_copy_failures`` says what to do with a failed one.
@@ -156,7 +158,11 @@ def resolved(
         if _ended_out_of_sight(seen):
             replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
             continue
-        half = _half_cold_move(seen) or _settled_live_move(seen, now)
+        half = (
+            _half_cold_move(seen)
+            or _settled_live_move(seen, now)
+            or (_started_again_on_source(seen) if name not in live else None)
+        )
         if half is not None:
             out.append(half)
             halves.add(name)
@@ -228,7 +234,7 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
         return None
     intent, source, target = ends
     if any(v.state is not VmRunState.SHUTOFF for v in seen):
-        return None  # one of them was started since: a person's doing, left to them
+        return None  # one was started since: see _started_again_on_source, _settled_live_move
     failure = FailedMove(
         at=intent.started_at,
         source=intent.source,
@@ -241,6 +247,47 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     summary = (
         f"a cold move to {intent.target} stopped midway: its copy there is removed, "
         f"it stays on {intent.source}"
+    )
+    return Resolution(
+        source.name, source.uuid, source.host, state, summary, discard_on=intent.target
+    )
+
+
+def _started_again_on_source(seen: list[VmState]) -> Resolution | None:
+    """The resolution of a move that stopped with its VM shut off on both hosts (a cold move
+    stopped midway, or a post-copy lost on the way whose target kept its copy), the VM then
+    started again on its source by a person before a round removed the copy: one VM (one
+    uuid) running on the source of its unresolved move and shut off on that move's target.
+    The VM is where it runs: the move is recorded as failed there and the target's copy
+    removed, so it is defined exactly once again and the copy is never started beside it."""
+    if len(seen) != 2 or seen[0].uuid != seen[1].uuid:
+        return None
+    on_source = [v for v in seen if v.reconciler.intent and v.reconciler.intent.source == v.host]
+    if len(on_source) != 1:
+        return None
+    (source,) = on_source
+    intent = source.reconciler.intent
+    assert intent is not None
+    (left,) = (v for v in seen if v is not source)
+    if (
+        source.state is not VmRunState.RUNNING
+        or left.host != intent.target
+        or left.state is not VmRunState.SHUTOFF
+        or left.reconciler.intent not in (None, intent)
+    ):
+        return None
+    failure = FailedMove(
+        at=intent.started_at,
+        source=intent.source,
+        target=intent.target,
+        plan_id=intent.plan_id,
+        error="the move stopped with the VM shut off, and it was started again on the source; "
+        "its copy on the target was removed",
+    )
+    state = source.reconciler.model_copy(update={"intent": None, "last_failure": failure})
+    summary = (
+        f"its move to {intent.target} stopped and it was started again on {intent.source}: "
+        f"the copy left shut off on {intent.target} is removed, recorded as failed"
     )
     return Resolution(
         source.name, source.uuid, source.host, state, summary, discard_on=intent.target

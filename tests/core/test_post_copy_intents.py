@@ -145,3 +145,53 @@ def test_a_shut_off_copy_elsewhere_than_the_target_or_running_is_no_lost_post_co
     snap = snapshot(third, [lost, elsewhere], flying(lost, elsewhere))
     assert post_copy_failures(snap) == []
     assert all(r.discard_on != "h2" for r in resolved(snap, NOW)[1])
+
+
+def test_a_lost_vm_started_again_on_its_source_before_a_round_loses_the_targets_copy() -> None:
+    # the plan said to start it on h0; a person did, before any round removed h1's copy
+    started = seen("h0", VmRunState.RUNNING, "booted")
+    left = seen("h1", VmRunState.SHUTOFF, "failed")
+    snap, [r] = resolved(snapshot(HOSTS, [started, left], flying(started, left)), NOW)
+    assert (r.host, r.discard_on) == ("h0", "h1")
+    assert r.state.intent is None
+    assert r.state.last_failure is not None
+    assert (r.state.last_failure.source, r.state.last_failure.target) == ("h0", "h1")
+    assert "started again on h0" in r.summary
+    (kept,) = snap.vms
+    assert (kept.host, kept.state, kept.reconciler.intent) == ("h0", VmRunState.RUNNING, None)
+    assert snap.in_flight == []
+    assert post_copy_failures(snap) == []
+
+
+def test_a_stopped_cold_move_started_again_on_its_source_loses_the_targets_copy() -> None:
+    # shut off on both hosts with the same intent, then started on its source by a person
+    started = seen("h0", VmRunState.RUNNING, "booted")
+    copy = seen("h1", VmRunState.SHUTOFF, "shutdown")
+    for vms in ([started, copy], [copy, started]):  # in either order of sightings
+        snap, [r] = resolved(snapshot(HOSTS, vms, flying(started, copy)), NOW)
+        assert (r.host, r.discard_on, r.state.intent) == ("h0", "h1", None)
+        assert [v.host for v in snap.vms] == ["h0"]
+
+
+def test_a_vm_running_on_its_source_beside_another_copy_is_not_settled_by_it() -> None:
+    started = seen("h0", VmRunState.RUNNING, "booted")
+    third = [*HOSTS, host_state("h2")]
+    for other in (
+        seen("h1", VmRunState.RUNNING, "booted"),  # running twice: never settled here
+        seen("h1", VmRunState.PAUSED, "migration"),  # an incoming copy: in flight
+        seen("h2", VmRunState.SHUTOFF, "shutdown"),  # not the move's target
+        seen(
+            "h1",
+            VmRunState.SHUTOFF,
+            "shutdown",
+            MoveIntent(source="h1", target="h0", started_at=NOW),
+        ),
+    ):
+        snap = snapshot(third, [started, other], flying(started, other))
+        assert all(r.discard_on is None for r in resolved(snap, NOW)[1]), other
+    # another actor's move, written a moment ago, is that actor's to settle
+    theirs = INTENT.model_copy(update={"actor": "run@elsewhere"})
+    mine = seen("h0", VmRunState.RUNNING, "booted", theirs)
+    copy = seen("h1", VmRunState.SHUTOFF, "shutdown", theirs)
+    snap = snapshot(HOSTS, [mine, copy], flying(mine, copy))
+    assert resolved(snap, NOW, actor="apply@here")[1] == []

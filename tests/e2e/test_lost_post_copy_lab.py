@@ -3,7 +3,9 @@
 defined, the target's copy defined and shut off, both carrying the move's intent. Judged from
 libvirt: ``plan`` says it was lost and how to start it, moving nothing of it; a round removes
 the target's copy and leaves the source as it is; started again on its source by a person, the
-next round records the failed move and the VM runs once, defined only where it runs."""
+next round records the failed move and the VM runs once, defined only where it runs. A second
+VM, started again on its source before any round removed the copy: the round removes it and
+records the failed move, the VM running on."""
 
 from __future__ import annotations
 
@@ -86,3 +88,28 @@ def test_the_copy_a_lost_post_copy_left_on_its_target_is_removed_and_nothing_run
     record = next(v["reconciler"] for v in json.loads(out)["vms"] if v["name"] == vm)
     assert record["intent"] is None
     assert record["lastFailure"]["target"] == target
+
+    # A second VM lost so, started again on its source by a person before any round removed
+    # the target's copy: the round removes the copy, records the failed move, leaves it running.
+    where = assert_sound(own_lab)
+    other = next(v for v in sorted(where) if v != vm)
+    o_source = where[other]
+    o_target = next(h.name for h in own_lab.hosts if h.name != o_source)
+    lost_leaving_a_copy(own_lab, other, o_source, o_target)
+    conn = libvirt.open(next(h.uri for h in own_lab.hosts if h.name == o_source))
+    try:
+        conn.lookupByName(other).create()
+    finally:
+        conn.close()
+    running = libvirt.VIR_DOMAIN_RUNNING
+    assert sorted(domains(own_lab)[other]) == sorted(
+        [(o_source, True, running), (o_target, True, shut_off)]
+    )
+    code, out, err = reconciler(capsys, "apply", folder, "--yes", "--state-dir", state)
+    assert code == 0, err + out
+    assert domains(own_lab)[other] == [(o_source, True, running)], "the target's copy is gone"
+    assert other in assert_sound(own_lab)
+    code, out, err = reconciler(capsys, "observe", folder, "--format", "json")
+    record = next(v["reconciler"] for v in json.loads(out)["vms"] if v["name"] == other)
+    assert record["intent"] is None
+    assert record["lastFailure"]["target"] == o_target
