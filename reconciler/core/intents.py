@@ -235,21 +235,13 @@ def _half_cold_move(seen: list[VmState]) -> Resolution | None:
     intent, source, target = ends
     if any(v.state is not VmRunState.SHUTOFF for v in seen):
         return None  # one was started since: see _started_again_on_source, _settled_live_move
-    failure = FailedMove(
-        at=intent.started_at,
-        source=intent.source,
-        target=intent.target,
-        plan_id=intent.plan_id,
-        error="the cold move stopped after defining the VM on the target; "
+    return _failed_leaving_a_copy(
+        source,
+        intent,
+        "the cold move stopped after defining the VM on the target; "
         "its copy there was removed, the VM stays on the source",
-    )
-    state = source.reconciler.model_copy(update={"intent": None, "last_failure": failure})
-    summary = (
         f"a cold move to {intent.target} stopped midway: its copy there is removed, "
-        f"it stays on {intent.source}"
-    )
-    return Resolution(
-        source.name, source.uuid, source.host, state, summary, discard_on=intent.target
+        f"it stays on {intent.source}",
     )
 
 
@@ -276,19 +268,29 @@ def _started_again_on_source(seen: list[VmState]) -> Resolution | None:
         or left.reconciler.intent not in (None, intent)
     ):
         return None
+    return _failed_leaving_a_copy(
+        source,
+        intent,
+        "the move stopped with the VM shut off, and it was started again on the source; "
+        "its copy on the target was removed",
+        f"its move to {intent.target} stopped and it was started again on {intent.source}: "
+        f"the copy left shut off on {intent.target} is removed, recorded as failed",
+    )
+
+
+def _failed_leaving_a_copy(
+    source: VmState, intent: MoveIntent, error: str, summary: str
+) -> Resolution:
+    """The move of ``intent`` recorded as failed on ``source`` (its intent cleared), with the
+    copy it left on its target to remove."""
     failure = FailedMove(
         at=intent.started_at,
         source=intent.source,
         target=intent.target,
         plan_id=intent.plan_id,
-        error="the move stopped with the VM shut off, and it was started again on the source; "
-        "its copy on the target was removed",
+        error=error,
     )
     state = source.reconciler.model_copy(update={"intent": None, "last_failure": failure})
-    summary = (
-        f"its move to {intent.target} stopped and it was started again on {intent.source}: "
-        f"the copy left shut off on {intent.target} is removed, recorded as failed"
-    )
     return Resolution(
         source.name, source.uuid, source.host, state, summary, discard_on=intent.target
     )
