@@ -142,7 +142,7 @@ def resolved(
     for name, seen in sightings.items():
         if any(v.state_reason in POST_COPY_REASONS for v in seen):
             continue  # held by a post-copy, going on or failed: see post_copy_failures
-        lost = _lost_leaving_a_copy(seen)
+        lost = _lost_leaving_a_copy(seen) if name not in live else None
         if lost is not None:  # the copy goes; the source's sighting is then lost as below
             source, left = lost
             summary = (
@@ -158,10 +158,10 @@ def resolved(
         if _ended_out_of_sight(seen):
             replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
             continue
+        if name in live:
+            continue  # another actor's move under way (in flight or young): theirs to settle
         half = (
-            _half_cold_move(seen)
-            or _settled_live_move(seen, now)
-            or (_started_again_on_source(seen) if name not in live else None)
+            _half_cold_move(seen) or _settled_live_move(seen, now) or _started_again_on_source(seen)
         )
         if half is not None:
             out.append(half)
@@ -169,8 +169,8 @@ def resolved(
             source = next(v for v in seen if v.host == half.host)
             replaced[(name, half.host)] = source.model_copy(update={"reconciler": half.state})
             continue
-        if len(seen) != 1 or name in in_flight or name in live:
-            continue  # in flight, not seen, or another actor's move: nothing is settled yet
+        if len(seen) != 1 or name in in_flight:
+            continue  # in flight or not seen: nothing is settled yet
         vm = seen[0]
         intent = vm.reconciler.intent
         if intent is None:

@@ -195,3 +195,30 @@ def test_a_vm_running_on_its_source_beside_another_copy_is_not_settled_by_it() -
     copy = seen("h1", VmRunState.SHUTOFF, "shutdown", theirs)
     snap = snapshot(HOSTS, [mine, copy], flying(mine, copy))
     assert resolved(snap, NOW, actor="apply@here")[1] == []
+
+
+def test_another_actors_move_under_way_is_not_settled_whatever_its_shape() -> None:
+    """A cold move of another actor between defining its copy and undefining the source is
+    shut off on both hosts with one intent, the shape of a stopped one: removing that copy
+    while its actor verifies it would lose the VM once the actor undefines the source."""
+    theirs = INTENT.model_copy(update={"actor": "run@elsewhere"})
+    shapes = [
+        (VmRunState.SHUTOFF, "shutdown", VmRunState.SHUTOFF, "shutdown"),  # a cold move
+        (VmRunState.SHUTOFF, "migrated", VmRunState.SHUTOFF, "failed"),  # a lost post-copy
+        (VmRunState.SHUTOFF, "migrated", VmRunState.RUNNING, "migrated"),  # a live move's end
+        (VmRunState.RUNNING, "booted", VmRunState.SHUTOFF, "shutdown"),  # started again
+    ]
+    for s_state, s_reason, t_state, t_reason in shapes:
+        on_source = seen("h0", s_state, s_reason, theirs)
+        on_target = seen("h1", t_state, t_reason, theirs)
+        snap = snapshot(HOSTS, [on_source, on_target], flying(on_source, on_target))
+        after, done = resolved(snap, NOW, actor="apply@here")
+        assert (after, done) == (snap, []), (s_state, t_state)
+        # the actor's own round, or any once no actor is named, settles it
+        assert resolved(snap, NOW, actor="run@elsewhere")[1], (s_state, t_state)
+        unnamed = snapshot(
+            HOSTS,
+            [seen("h0", s_state, s_reason), seen("h1", t_state, t_reason)],
+            flying(on_source, on_target),
+        )
+        assert resolved(unnamed, NOW, actor="apply@here")[1], (s_state, t_state)
