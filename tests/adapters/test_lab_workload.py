@@ -6,6 +6,7 @@ import gzip
 import os
 import select
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -161,6 +162,7 @@ class _Init:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: the workers it forks end with it
         )
         self.buffer = b""
         assert self.line(b"workload ready").startswith("workload ready: 1 vCPUs")
@@ -189,7 +191,7 @@ class _Init:
         return self.line(f" {request}".encode()).split(f" {request}", 1)[1].strip(" :")
 
     def close(self) -> None:
-        self.process.kill()
+        os.killpg(self.process.pid, signal.SIGKILL)  # it and the worker it forked per CPU
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
