@@ -17,7 +17,9 @@ going on or failed, is left alone: ``post_copy_failures`` says what to do with a
 Every intent names its actor (the acting command and its machine, or a holder's identity), and
 the record of a move says who made it. An intent of another actor that is still live (its VM in
 flight, or written within ``FOREIGN_LIVE``) is left alone, and ``foreign`` lists it: an actor
-that finds one does not act (``engine.round``), whatever its hold says.
+that finds one does not act (``engine.round``), whatever its hold says. The shapes a stopped
+move leaves on two hosts are another actor's to settle while its intent is young (it may be
+between two of its steps), and settled as any other once it is older (that actor is gone).
 
 Records dated after ``limit`` (a clock gone wrong) are dropped rather than trusted.
 
@@ -107,12 +109,17 @@ def foreign(snapshot: Snapshot, actor: str | None, now: datetime) -> list[str]:
     return sorted(set(_foreign(snapshot, actor, now).values()))
 
 
-def _foreign(snapshot: Snapshot, actor: str | None, now: datetime) -> dict[str, str]:
-    """VM name -> the line of its live intent of another actor (``foreign``)."""
+def _foreign(
+    snapshot: Snapshot, actor: str | None, now: datetime, *, flying_counts: bool = True
+) -> dict[str, str]:
+    """VM name -> the line of its live intent of another actor (``foreign``); without
+    ``flying_counts``, of its intent written within ``FOREIGN_LIVE`` alone."""
     seen: dict[str, int] = {}
     for vm in snapshot.vms:
         seen[vm.name] = seen.get(vm.name, 0) + 1
-    flying = {f.name for f in snapshot.in_flight} | {n for n, c in seen.items() if c > 1}
+    flying: set[str] = set()
+    if flying_counts:
+        flying = {f.name for f in snapshot.in_flight} | {n for n, c in seen.items() if c > 1}
     out: dict[str, str] = {}
     for vm in snapshot.vms:
         intent = vm.reconciler.intent
@@ -130,8 +137,13 @@ def resolved(
     snapshot: Snapshot, now: datetime, actor: str | None = None
 ) -> tuple[Snapshot, list[Resolution]]:
     """``snapshot`` with every settled intent resolved, and the records to write for them; a
-    live intent of another actor than ``actor`` (``foreign``) is not settled."""
+    live intent of another actor than ``actor`` (``foreign``) is not settled, nor one of its
+    stopped moves' shapes while its intent is younger than ``FOREIGN_LIVE``."""
     live = _foreign(snapshot, actor, now)
+    # A stopped move's shapes are on two hosts by nature: another actor's is left alone while
+    # its intent is young (that actor may be between two of its steps), and settled as any
+    # other once it is older (that actor is gone), or it would hold the cluster for good.
+    young = _foreign(snapshot, actor, now, flying_counts=False)
     sightings: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
         sightings.setdefault(vm.name, []).append(vm)
@@ -142,7 +154,7 @@ def resolved(
     for name, seen in sightings.items():
         if any(v.state_reason in POST_COPY_REASONS for v in seen):
             continue  # held by a post-copy, going on or failed: see post_copy_failures
-        lost = _lost_leaving_a_copy(seen) if name not in live else None
+        lost = _lost_leaving_a_copy(seen) if name not in young else None
         if lost is not None:  # the copy goes; the source's sighting is then lost as below
             source, left = lost
             summary = (
@@ -158,8 +170,8 @@ def resolved(
         if _ended_out_of_sight(seen):
             replaced[(name, seen[0].host)] = _held_where_it_is(seen[0])
             continue
-        if name in live:
-            continue  # another actor's move under way (in flight or young): theirs to settle
+        if name in young:
+            continue  # another actor's move under way: theirs to settle
         half = (
             _half_cold_move(seen) or _settled_live_move(seen, now) or _started_again_on_source(seen)
         )
@@ -169,8 +181,8 @@ def resolved(
             source = next(v for v in seen if v.host == half.host)
             replaced[(name, half.host)] = source.model_copy(update={"reconciler": half.state})
             continue
-        if len(seen) != 1 or name in in_flight:
-            continue  # in flight or not seen: nothing is settled yet
+        if len(seen) != 1 or name in in_flight or name in live:
+            continue  # in flight, not seen, or another actor's move: nothing is settled yet
         vm = seen[0]
         intent = vm.reconciler.intent
         if intent is None:

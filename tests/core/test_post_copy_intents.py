@@ -3,7 +3,9 @@ the call failed (a move), or split between the hosts (left alone, with what to d
 
 from __future__ import annotations
 
-from reconciler.core.intents import post_copy_failures, resolved
+from datetime import timedelta
+
+from reconciler.core.intents import FOREIGN_LIVE, post_copy_failures, resolved
 from reconciler.core.planner import plan
 from reconciler.model.history import History
 from reconciler.model.plan import UnsatisfiableCode
@@ -222,3 +224,11 @@ def test_another_actors_move_under_way_is_not_settled_whatever_its_shape() -> No
             flying(on_source, on_target),
         )
         assert resolved(unnamed, NOW, actor="apply@here")[1], (s_state, t_state)
+        # an actor gone (its intent older than FOREIGN_LIVE) holds nothing for good
+        gone = theirs.model_copy(update={"started_at": NOW - FOREIGN_LIVE - timedelta(seconds=1)})
+        left = snapshot(
+            HOSTS,
+            [seen("h0", s_state, s_reason, gone), seen("h1", t_state, t_reason, gone)],
+            flying(on_source, on_target),
+        )
+        assert resolved(left, NOW, actor="apply@here")[1], (s_state, t_state)
