@@ -427,7 +427,7 @@ class _Search:
         model = state.model
         w = model.weights
         w_cpu, w_mem = w.cpu * 100.0, w.memory * 100.0
-        w_c, w_m = w.cpu, w.memory
+        w_c, w_m = w.cpu, w.memory  # as ``score_with`` applies them (the source's score)
         hosts, vms, vms_on = model.hosts, model.vms, state.vms_on
         cpu_load, mem_load = state.cpu_load, state.mem_load
         moved, eligible = self.moved, self.eligible

@@ -114,11 +114,11 @@ def _foreign(
 ) -> dict[str, str]:
     """VM name -> the line of its live intent of another actor (``foreign``); without
     ``flying_counts``, of its intent written within ``FOREIGN_LIVE`` alone."""
-    seen: dict[str, int] = {}
-    for vm in snapshot.vms:
-        seen[vm.name] = seen.get(vm.name, 0) + 1
     flying: set[str] = set()
     if flying_counts:
+        seen: dict[str, int] = {}
+        for vm in snapshot.vms:
+            seen[vm.name] = seen.get(vm.name, 0) + 1
         flying = {f.name for f in snapshot.in_flight} | {n for n, c in seen.items() if c > 1}
     out: dict[str, str] = {}
     for vm in snapshot.vms:
