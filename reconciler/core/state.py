@@ -279,6 +279,7 @@ def vm_infos(
     allocated = spec.basis is Basis.ALLOCATED
     overcommit = spec.cpu_overcommit
     new = tuple.__new__
+    shared = MigrationClass.SHARED  # an enum's member read from its class costs ~0.15 µs
 
     def make(vm: VmState, f: dict[str, Any], index: int, in_flight: bool, shadow: bool) -> VmInfo:
         vcpus, memory = f["vcpus"], f["memory_max"]
@@ -291,7 +292,7 @@ def vm_infos(
             cpu = used if used is not None else vcpus / overcommit
             mem = float(mem_used if mem_used is not None else f["memory_current"])
         klass = f["migration_class"]
-        fixed = None if klass is MigrationClass.SHARED and f["migratable"] else why_fixed(vm, spec)
+        fixed = None if klass is shared and f["migratable"] else why_fixed(vm, spec)
         disks, refused, disk_bytes = f["disks"], f["refused_by"], f["disk_bytes"]
         info = new(  # ``VmInfo(...)`` without the Python frame of its generated ``__new__``
             VmInfo,
