@@ -18,9 +18,10 @@ import pytest
 
 from reconciler.adapters import lab as libvirt_lab
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.libvirt import cold_move
+from reconciler.adapters.libvirt import cold_move, copy_move
 from reconciler.adapters.libvirt.cluster_observer import LibvirtClusterObserver
 from reconciler.adapters.libvirt.leftovers import Leftovers
+from reconciler.adapters.libvirt.live_move import LiveMove
 from reconciler.adapters.libvirt.migrator import LibvirtMigrator
 from reconciler.adapters.libvirt.pool import ConnectionPool
 from reconciler.adapters.libvirt.recorder import LibvirtRecorder
@@ -329,3 +330,93 @@ def test_a_cold_copy_is_sparse(disk_lab: Lab) -> None:
     assert capacity == 64 * MIB
     assert allocation < 8 * MIB
     assert (_read(dst, f"{name}.img") or b"")[: len(data)] == data
+
+
+class _Stopped(BaseException):
+    """The reconciler's process ending at this point (nothing after it runs)."""
+
+
+def _stop(*_a: object, **_k: object) -> None:
+    raise _Stopped
+
+
+def _copy_stopped_at(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, where: tuple[object, str], noted: Path
+) -> tuple[str, bytes]:
+    """A running VM with a local disk on kvm-02, live-copied to kvm-03 by a reconciler that
+    stops at ``where`` (the object and function that would run next); (name, disk data)."""
+    name = f"stopped-{next(_names)}"
+    data = os.urandom(MIB) * 4
+    src = _conn(lab, "kvm-02")
+    _volume(src, f"{name}.img", "raw", data)
+    _define(src, lab, name, f"{name}.img", "raw").create()
+    monkeypatch.setattr(*where, _stop)
+    with pytest.raises(_Stopped):
+        LibvirtMigrator(_desired(lab), leftovers=Leftovers(noted)).migrate(
+            _move(name, "kvm-02", "kvm-03", MigrationClass.COPY),
+            on_progress=lambda _p: None,
+            abort=threading.Event(),
+        )
+    monkeypatch.undo()
+    return name, data
+
+
+def test_a_live_copy_ended_while_its_reconciler_was_down_has_its_source_volume_deleted_later(
+    disk_lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after libvirt ended the move, before its verification: the VM runs on the
+    target, its source volume left on the source. The next move (of the same VM back, which
+    that volume would refuse) deletes it first, after checking the VM runs on the target with
+    its copy, and goes."""
+    noted = tmp_path / "leftover-volumes.json"
+    name, data = _copy_stopped_at(disk_lab, monkeypatch, (copy_move, "verify_volumes"), noted)
+    src, dst = _conn(disk_lab, "kvm-02"), _conn(disk_lab, "kvm-03")
+    assert dst.lookupByName(name).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    with pytest.raises(libvirt.libvirtError):
+        src.lookupByName(name)
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data  # left behind
+    back = LibvirtMigrator(_desired(disk_lab), leftovers=Leftovers(noted)).migrate(
+        _move(name, "kvm-03", "kvm-02", MigrationClass.COPY),
+        on_progress=lambda _p: None,
+        abort=threading.Event(),
+    )
+    assert back.succeeded, back.error
+    assert src.lookupByName(name).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data  # the copy came back
+    assert _read(dst, f"{name}.img") is None
+    src.lookupByName(name).destroy()
+
+
+def test_a_source_volume_is_kept_while_its_vm_does_not_run_on_the_target(
+    disk_lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same stop, then the target loses the VM: the source volume is the only copy left
+    beside the target's, and no later reconciler deletes it."""
+    noted = tmp_path / "leftover-volumes.json"
+    name, data = _copy_stopped_at(disk_lab, monkeypatch, (copy_move, "verify_volumes"), noted)
+    src, dst = _conn(disk_lab, "kvm-02"), _conn(disk_lab, "kvm-03")
+    dom = dst.lookupByName(name)
+    dom.destroy()
+    dom.undefine()
+    with ConnectionPool({h.name: h.uri for h in disk_lab.hosts}) as pool:
+        Leftovers(noted).sweep(pool)
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data
+    assert (_read(dst, f"{name}.img") or b"")[: len(data)] == data
+
+
+def test_a_source_volume_is_kept_when_the_reconciler_stopped_before_libvirt_moved_it(
+    disk_lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped before libvirt started: the VM runs on its source with its disk, which a later
+    reconciler keeps (and forgets); no volume was made on the target."""
+    noted = tmp_path / "leftover-volumes.json"
+    name, data = _copy_stopped_at(disk_lab, monkeypatch, (LiveMove, "migrate"), noted)
+    src, dst = _conn(disk_lab, "kvm-02"), _conn(disk_lab, "kvm-03")
+    later = Leftovers(noted)
+    with ConnectionPool({h.name: h.uri for h in disk_lab.hosts}) as pool:
+        later.sweep(pool)
+    assert src.lookupByName(name).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    assert (_read(src, f"{name}.img") or b"")[: len(data)] == data
+    assert _read(dst, f"{name}.img") is None
+    assert later.entries() == []
+    src.lookupByName(name).destroy()

@@ -9,7 +9,9 @@ Before it starts, a target pool that already holds a volume of that name refuses
 VM runs on the target only, ``live_move``), each target volume must be present with the
 source's capacity; only then are the source volumes deleted. A failed move deletes the target
 volumes it created (``leftovers``), so a failed copy leaves nothing behind and the source as it
-was. Shut-off VMs move cold instead (``cold_move``).
+was. The source volumes are noted before libvirt starts, as to go once the VM runs on the
+target with its copies: a reconciler stopped while libvirt ended the move has them deleted by
+a later one, after the same check. Shut-off VMs move cold instead (``cold_move``).
 """
 
 from __future__ import annotations
@@ -49,12 +51,16 @@ def live_copy(
         return failed_before_start(move, began, f"not started: {err}")
     found, volumes = setup.uuid, setup.volumes
     leftovers.expect(move.target, volumes, found)  # libvirt may precreate them
+    # libvirt undefines the source as the move ends: a reconciler stopped from then on still
+    # has these noted, deleted once the VM runs on the target with its copies
+    leftovers.expect(move.source, volumes, found, after=move.target)
     result = live.migrate(move, target, on_progress=on_progress, abort=abort, uuid=found)
     if not result.succeeded:
         notes: list[str] = []
         if move.target not in (*result.running_on, *result.paused_on):
             notes = leftovers.remove(pool, move.target, found)  # libvirt precreated
-        else:
+            leftovers.forget(move.source, volumes, found)  # the source's, in use
+        else:  # split or on both: the source's go only once it runs on the target alone
             leftovers.forget(move.target, volumes, found)
         return result.model_copy(update={"error": "; ".join([result.error or "", *notes])})
     leftovers.forget(move.target, volumes, found)
@@ -63,9 +69,9 @@ def live_copy(
     except (HostUnreachable, HostTimeout) as err:
         problem = f"the target's volumes could not be checked: {err}"
     if problem is not None:  # the VM runs there; keep every copy and say so
+        leftovers.forget(move.source, volumes, found)
         return result.model_copy(
             update={"error": f"moved, but {problem}; the source volumes are kept"}
         )
-    leftovers.expect(move.source, volumes, found)  # noted first: a crash now loses no track
     cleaned = leftovers.remove(pool, move.source, found)
     return result.model_copy(update={"error": "; ".join(cleaned) or result.error})

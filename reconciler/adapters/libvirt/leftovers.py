@@ -14,6 +14,13 @@ by pool and name): a move whose outcome was misjudged, or a VM defined there sin
 disk. Each volume was checked absent on the target before its move started. A volume the shut-off
 copy of its own VM refers to (a cold move stopped midway) stays noted: it goes once that copy
 is discarded.
+
+A live copy notes its source volumes too, before libvirt starts (libvirt undefines the source
+as the move ends, so a reconciler stopped then would otherwise lose track of them), each
+``after`` the move's target: such a volume is deleted only once its own VM runs on that
+target, with a volume of the same pool and name there of the same capacity, and no domain on
+the source refers to it; a domain of its own VM active on the source (the move did not
+happen) keeps it and drops the note; otherwise it waits.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import logging
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -33,7 +40,7 @@ import libvirt
 
 from reconciler.adapters.files.json_store import JsonStore
 from reconciler.adapters.libvirt.pool import ConnectionPool
-from reconciler.adapters.libvirt.volumes import Volume
+from reconciler.adapters.libvirt.volumes import Volume, verify_volumes
 from reconciler.errors import ReconcilerError
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,9 @@ class Leftover:
     pool: str
     volume: str
     vm_uuid: str
+    after: str = ""
+    """A live copy's source volume: the move's target, where its VM must run first ("": a
+    volume a move creates on its target)."""
 
 
 class Leftovers:
@@ -83,13 +93,17 @@ class Leftovers:
         with self._lock:
             return list(self._entries)
 
-    def expect(self, host: str, volumes: Iterable[Volume], vm_uuid: str) -> None:
-        """Note ``volumes`` as about to be created on ``host`` by a move of ``vm_uuid``."""
+    def expect(
+        self, host: str, volumes: Iterable[Volume], vm_uuid: str, *, after: str = ""
+    ) -> None:
+        """Note ``volumes`` as about to be created on ``host`` by a move of ``vm_uuid``; with
+        ``after``, as the source volumes of a live copy to ``after``, left behind once it
+        runs there."""
         with self._lock:
             self._moving.add(vm_uuid)
             known = set(self._entries)
             for v in volumes:
-                entry = Leftover(host, v.pool, v.name, vm_uuid)
+                entry = Leftover(host, v.pool, v.name, vm_uuid, after)
                 if entry not in known:
                     self._entries.append(entry)
             self._save()
@@ -130,7 +144,7 @@ class Leftovers:
             return notes
         self._failed_at.pop(host, None)
         for entry in mine:
-            note = _delete(conn, entry, used)
+            note = _delete(conn, entry, used, lambda e, size: _arrived(pool, e, size))
             if note is not None and note.startswith("could not"):
                 notes.append(note)
                 continue
@@ -187,8 +201,15 @@ def _used(conn: Any) -> dict[str, tuple[str, bool]]:
     return used
 
 
-def _delete(conn: Any, entry: Leftover, used: dict[str, tuple[str, bool]]) -> str | None:
-    """Delete one noted volume; what happened, None when it was not there."""
+def _delete(
+    conn: Any,
+    entry: Leftover,
+    used: dict[str, tuple[str, bool]],
+    arrived: Callable[[Leftover, int], bool],
+) -> str | None:
+    """Delete one noted volume; what happened, None when it was not there. ``arrived``: does
+    the VM of a live copy's source volume run on the move's target, with that volume there at
+    the given capacity?"""
     where = f"{entry.pool}/{entry.volume} on {entry.host}"
     try:
         pool = conn.storagePoolLookupByName(entry.pool)
@@ -203,7 +224,22 @@ def _delete(conn: Any, entry: Leftover, used: dict[str, tuple[str, bool]]) -> st
             return _WAIT  # the shut-off copy of its VM: it goes when that copy is discarded
         if user is not None:
             return f"kept volume {where}: a domain there uses it"
+        if entry.after and not arrived(entry, int(vol.info()[1])):
+            return _WAIT  # its VM is not (yet) running on the target with its copy
         vol.delete(0)
     except libvirt.libvirtError as err:
         return f"could not delete volume {where}: {err}"
     return f"deleted leftover volume {where}"
+
+
+def _arrived(pool: ConnectionPool, entry: Leftover, capacity: int) -> bool:
+    """Whether the VM of ``entry`` (a live copy's source volume) runs on ``entry.after`` with a
+    volume of the same pool and name there of ``capacity`` bytes; False when that host does
+    not answer or cannot tell."""
+    copy = Volume("", entry.pool, entry.volume, capacity, 0, None, "")
+    try:
+        conn = pool.get(entry.after)
+        running = conn.lookupByUUIDString(entry.vm_uuid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        return running and verify_volumes(conn, [copy]) is None
+    except (ReconcilerError, libvirt.libvirtError):
+        return False
