@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -144,7 +144,7 @@ class Leftovers:
             return notes
         self._failed_at.pop(host, None)
         for entry in mine:
-            note = _delete(conn, entry, used, lambda e, size: _arrived(pool, e, size))
+            note = _delete(conn, entry, used, pool)
             if note is not None and note.startswith("could not"):
                 notes.append(note)
                 continue
@@ -202,14 +202,10 @@ def _used(conn: Any) -> dict[str, tuple[str, bool]]:
 
 
 def _delete(
-    conn: Any,
-    entry: Leftover,
-    used: dict[str, tuple[str, bool]],
-    arrived: Callable[[Leftover, int], bool],
+    conn: Any, entry: Leftover, used: dict[str, tuple[str, bool]], hosts: ConnectionPool
 ) -> str | None:
-    """Delete one noted volume; what happened, None when it was not there. ``arrived``: does
-    the VM of a live copy's source volume run on the move's target, with that volume there at
-    the given capacity?"""
+    """Delete one noted volume; what happened, None when it was not there. ``hosts``: where a
+    live copy's source volume is checked to have arrived (:func:`_arrived`)."""
     where = f"{entry.pool}/{entry.volume} on {entry.host}"
     try:
         pool = conn.storagePoolLookupByName(entry.pool)
@@ -224,7 +220,7 @@ def _delete(
             return _WAIT  # the shut-off copy of its VM: it goes when that copy is discarded
         if user is not None:
             return f"kept volume {where}: a domain there uses it"
-        if entry.after and not arrived(entry, int(vol.info()[1])):
+        if entry.after and not _arrived(hosts, entry, int(vol.info()[1])):
             return _WAIT  # its VM is not (yet) running on the target with its copy
         vol.delete(0)
     except libvirt.libvirtError as err:
