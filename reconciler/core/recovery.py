@@ -210,10 +210,14 @@ def restart_steps(
 ) -> RestartSteps:
     """What a recovery step of fenced ``host`` does, from where libvirt shows every VM now.
 
-    An intent whose VM runs is resolved (the start took effect); a VM saved as running on
-    ``host`` that runs anywhere now is not started again; ``unknown`` (VM name -> why no source
-    can start it) and the VMs ``restart_plan`` finds no host for are not restarted, said once
-    (a reason already on the record is not said again); the others are started where a
+    An intent whose VM runs is resolved (the start took effect); one whose target answers
+    without it, or was fenced, did not take effect; one whose target stopped answering and was
+    never fenced holds its VM: it may run there, so it waits until that host is fenced. A VM
+    saved as running on ``host`` that runs anywhere now is not started again, nor one this
+    recovery restarted on a host that stopped answering since (it is that host's VM now).
+    ``unknown`` (VM name -> why no source can start it) and the VMs ``restart_plan`` finds no
+    host for are not restarted, said once (a reason already on the record is not said
+    again); the others are started where a
     definition of theirs already is (a start that failed after defining it), else where
     ``restart_plan`` puts them.
     """
@@ -222,20 +226,33 @@ def restart_steps(
         running = seen.state is not VmRunState.SHUTOFF
         if seen.uuid not in defined or running:
             defined[seen.uuid] = (seen.host, running)
+    silent = _silent(snapshot, state)
     restarted = dict(record.restarted)
     took_effect: dict[str, str] = {}
     intents = dict(state.intents)
+    held: dict[str, str] = {}
     for uuid, intent in state.intents.items():  # resolved from where libvirt has the VM
-        if intent.source == host and uuid in defined and defined[uuid][1]:
+        if intent.source != host:
+            continue
+        if uuid in defined and defined[uuid][1]:
             took_effect[intent.vm] = restarted[intent.vm] = defined[uuid][0]
             del intents[uuid]
+        elif intent.target in silent:
+            held[uuid] = intent.target  # it may run there: unknown until that host is fenced
+        else:  # its target answers without it running, or was fenced: it did not take effect
+            del intents[uuid]
     todo: list[SavedVm] = []
+    hung: dict[str, str] = {}
     for vm in state.vms.values():
         if vm.host != host or not vm.running:
             continue
         where = defined.get(vm.uuid)
         if where is not None and where[1]:
             restarted.setdefault(vm.name, where[0])
+            continue
+        on = held.get(vm.uuid) or restarted.get(vm.name)
+        if on is not None and on in silent:
+            hung[vm.name] = on
             continue
         todo.append(vm)
     not_restarted = dict(record.not_restarted)
@@ -246,6 +263,12 @@ def restart_steps(
             steps.append(RestartStep(name, None, why))
         not_restarted[name] = why
 
+    for name, on in sorted(hung.items()):
+        refuse(
+            name,
+            f"started on {on}, which stopped answering before it was seen running there: it "
+            f"may run on {on}, so it waits until {on} is fenced",
+        )
     running_names = {v.name for v in snapshot.vms if v.state is not VmRunState.SHUTOFF}
     for name, why in sorted(unknown.items()):
         if name not in running_names:  # one that runs on a reachable host is not missed
@@ -258,6 +281,19 @@ def restart_steps(
         else:
             steps.append(RestartStep(r.vm.name, target, r.why, r.vm))
     return RestartSteps(steps, restarted, took_effect, intents, not_restarted)
+
+
+def _silent(snapshot: Snapshot, state: RecoveryState) -> set[str]:
+    """The hosts that do not answer and were never confirmed fenced: what runs there is
+    unknown, and may be running."""
+    fenced = {h for h, r in state.hosts.items() if r.fenced_at is not None}
+    return {h.name for h in snapshot.hosts if not h.reachable and h.name not in fenced}
+
+
+def restarted_on(vm: SavedVm, target: str, now: datetime) -> SavedVm:
+    """``vm`` once started on ``target``: that host's VM from now on, recovered with it if it
+    dies in turn (never by the recovery of the host it ran on before)."""
+    return vm.model_copy(update={"host": target, "seen_at": now})
 
 
 @dataclass(frozen=True)

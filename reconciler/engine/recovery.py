@@ -223,8 +223,10 @@ class Recovery:
                     continue
                 running = vm.state is not VmRunState.SHUTOFF
                 old = vms.get(vm.uuid)
-                if old is not None and old.host in reachable and old.running and not running:
-                    continue  # a shut-off copy never replaces the running one
+                if old is not None and old.running and not running and old.host != host:
+                    # a shut-off copy never replaces the running one, nor the last sighting
+                    # of one running on a host that does not answer (it may run there)
+                    continue
                 vms[vm.uuid] = SavedVm(
                     name=vm.name,
                     uuid=vm.uuid,
@@ -354,13 +356,16 @@ class Recovery:
             try:
                 self.ports.restarter.start(target, vm.uuid, vm.xml)
             except ReconcilerError as err:
+                # the intent stays: the next step reads from libvirt whether the start took
+                # effect, and holds the VM while its target does not answer
                 log.error("restarting %s on %s failed: %s", vm.name, target, err)
                 not_restarted[vm.name] = f"start on {target} failed: {err.message}"
                 results.append(_result(vm.name, host, target, MoveOutcome.FAILED, err.message, now))
-                del intents[vm.uuid]
                 continue
             log.warning("restarted %s of fenced host %s on %s", vm.name, host, target)
             del intents[vm.uuid]
+            vms = {**state.vms, vm.uuid: decide.restarted_on(vm, target, now)}
+            state = state.model_copy(update={"vms": vms})
             restarted[vm.name] = target
             not_restarted.pop(vm.name, None)
             report.restarted[vm.name] = target

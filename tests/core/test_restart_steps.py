@@ -71,14 +71,54 @@ def test_an_earlier_start_that_took_effect_is_resolved_and_not_started_again() -
     assert decided.intents == {}
 
 
-def test_an_open_intent_of_a_vm_that_does_not_run_stays_and_the_vm_is_started() -> None:
+def test_an_open_intent_whose_target_answers_without_the_vm_is_dropped_and_the_vm_started() -> None:
     web = saved("web")
     intent = RestartIntent(vm="web", uuid=web.uuid, source=DEAD, target="h1", started_at=NOW)
     decided = restart_steps(
         D, observed(), state(web, intents={web.uuid: intent}), DEAD, RECORD, {}, now=NOW
     )
-    assert decided.intents == {web.uuid: intent}
+    assert decided.intents == {}  # h1 answers and runs no web: that start did not take effect
     assert [s.vm for s in decided.steps] == ["web"]
+
+
+def hung(on: str) -> Snapshot:
+    """h0 fenced, ``on`` not answering (and never fenced), the third host up."""
+    return snapshot([host_state(h, reachable=h not in (DEAD, on)) for h in ("h0", "h1", "h2")], [])
+
+
+def test_an_open_intent_whose_target_stopped_answering_holds_the_vm() -> None:
+    web = saved("web")
+    intent = RestartIntent(vm="web", uuid=web.uuid, source=DEAD, target="h1", started_at=NOW)
+    decided = restart_steps(
+        D, hung("h1"), state(web, intents={web.uuid: intent}), DEAD, RECORD, {}, now=NOW
+    )
+    assert [s.target for s in decided.steps] == [None]  # said, not started
+    assert decided.intents == {web.uuid: intent}
+    assert "waits until h1 is fenced" in decided.not_restarted["web"]
+
+
+def test_a_vm_restarted_on_a_host_that_stopped_answering_is_not_restarted_again() -> None:
+    record = RECORD.model_copy(update={"restarted": {"web": "h1"}})
+    decided = restart_steps(D, hung("h1"), state(saved("web")), DEAD, record, {}, now=NOW)
+    assert all(s.target is None for s in decided.steps)
+    assert "it may run on h1" in decided.not_restarted["web"]
+
+
+def test_once_the_silent_target_is_fenced_the_held_vm_is_started_once() -> None:
+    web = saved("web")
+    intent = RestartIntent(vm="web", uuid=web.uuid, source=DEAD, target="h1", started_at=NOW)
+    fenced = {"h1": HostRecovery(unreachable_since=NOW, fenced_at=NOW)}
+    decided = restart_steps(
+        D,
+        hung("h1"),
+        state(web, intents={web.uuid: intent}).model_copy(update={"hosts": fenced}),
+        DEAD,
+        RECORD,
+        {},
+        now=NOW,
+    )
+    assert [(s.vm, s.target) for s in decided.steps] == [("web", "h2")]
+    assert decided.intents == {}
 
 
 def test_a_vm_running_elsewhere_already_is_counted_restarted_not_started() -> None:

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.engine.recovery import Recovery, RecoveryPorts, with_recovered
-from reconciler.errors import TerminalError
+from reconciler.errors import TerminalError, TransientError
 from reconciler.model.base import HostName
 from reconciler.model.cluster import ClusterSpec, Defaults
 from reconciler.model.desired import DesiredState
@@ -63,6 +63,10 @@ class World:
     powered_off: set[str] = field(default_factory=set)
     asked_status: list[str] = field(default_factory=list)
     outcomes: list[tuple[str, FenceOutcome]] = field(default_factory=list)
+    fence_fails: set[str] = field(default_factory=set)
+    """Hosts whose fence times out, whatever ``fence_says``."""
+    hang_in_start: bool = False
+    """The next start takes effect, then its target's libvirt hangs and the call fails."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -75,6 +79,8 @@ class World:
     # Fencer
     def fence(self, host: str, fence: Fence) -> FenceResult:
         self.fenced.append(host)
+        if host in self.fence_fails:
+            return FenceResult(outcome=FenceOutcome.TIMEOUT, detail="killed after 30 s")
         if self.thaws_during_fence:
             self.up[host] = True
         if self.fence_says is FenceOutcome.OK and not self.lying:
@@ -102,6 +108,10 @@ class World:
         )
         if self.crash_after_start:
             raise KeyboardInterrupt  # the reconciler dies right after libvirt started it
+        if self.hang_in_start:
+            self.hang_in_start = False
+            self.freeze(host)
+            raise TransientError(f"libvirt on {host} did not answer within 30 s")
 
     def answers(self, host: str) -> str | None:
         return "libvirt 10.0.0" if self.up[host] else None
