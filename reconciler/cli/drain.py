@@ -169,18 +169,14 @@ def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: b
     """The edit as a commit on the branch, or as a proposal branch and its pull request."""
     from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.engine.audit import ACTOR_TRAILER, TRIGGER_TRAILER
-    from reconciler.errors import PushRejected
+    from reconciler.engine.transaction import Change, commit_on_branch
 
     repo = GitStateRepo(at.url, cache_dir=at.cache_dir)
     rel, host = at.path, edit.host
     verb = "drain" if maintenance else "undrain"
-    for _ in range(5):
-        repo.fetch()
-        head = repo.head(at.branch)
-        if head is None:
-            raise ConfigError(
-                f"{repo.display_url} has no branch {at.branch!r}", hint="pass --branch"
-            )
+    state = "in maintenance" if maintenance else "out of maintenance"
+
+    def change(head: str) -> Change[str] | None:
         folder = repo.checkout(head) / rel
         text = repo.show(head, f"{rel}/cluster.yaml")
         if text is None:
@@ -189,10 +185,8 @@ def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: b
                 hint="pass the cluster folder inside the repository as PATH",
             )
         edited = _edited(folder, text, host, maintenance)
-        state = "in maintenance" if maintenance else "out of maintenance"
         if edited == text:
-            print(f"{host} is {state} already", file=sys.stderr)
-            return False
+            return None
         _refuse_if_invalid(folder, "cluster.yaml", edited, host, maintenance)
         cluster = load_desired(folder).cluster.metadata.name
         message = f"Maintenance: {verb} {host} of cluster {cluster}"
@@ -200,21 +194,29 @@ def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: b
             TRIGGER_TRAILER: "maintenance",
             ACTOR_TRAILER: at.actor or requests.default_actor(),
         }
-        commit = repo.commit_files(
-            parent=head, files={f"{rel}/cluster.yaml": edited}, message=message, trailers=trailers
-        )
-        branch = f"reconciler/maintenance/{cluster}/{host}" if edit.propose else at.branch
-        try:
-            repo.push(branch, commit, expected=repo.head(branch) if edit.propose else head)
-        except PushRejected:
-            continue  # someone pushed first: edit their head again
-        if edit.propose:
-            _open_proposal(edit.forge, at, branch, message)
-            print(f"{host}: {verb} proposed on {branch} ({commit[:12]})", file=sys.stderr)
-        else:
-            print(f"{host} is {state} ({commit[:12]} on {at.branch})", file=sys.stderr)
-        return True
-    raise PushRejected(f"{at.branch} kept moving: the {verb} was not recorded")
+        branch = f"reconciler/maintenance/{cluster}/{host}" if edit.propose else None
+        return Change({f"{rel}/cluster.yaml": edited}, message, trailers, message, branch)
+
+    def no_branch() -> ConfigError:
+        return ConfigError(f"{repo.display_url} has no branch {at.branch!r}", hint="pass --branch")
+
+    done = commit_on_branch(
+        repo,
+        at.branch,
+        change,
+        what=f"record the {verb} of {host}",
+        hint="others kept pushing to the branch; run the command again",
+        absent=no_branch,
+    )
+    if done is None:
+        print(f"{host} is {state} already", file=sys.stderr)
+        return False
+    if done.branch != at.branch:
+        _open_proposal(edit.forge, at, done.branch, done.value)
+        print(f"{host}: {verb} proposed on {done.branch} ({done.commit[:12]})", file=sys.stderr)
+    else:
+        print(f"{host} is {state} ({done.commit[:12]} on {at.branch})", file=sys.stderr)
+    return True
 
 
 def _open_proposal(

