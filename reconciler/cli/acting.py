@@ -478,7 +478,7 @@ def recover(
     """One recovery step after a round; wakes the loop when a host's grace or backoff ends."""
     import logging
 
-    from reconciler.engine.recovery import with_recovered
+    from reconciler.core.recovery_round import recovered_status
     from reconciler.errors import ReconcilerError
 
     try:
@@ -490,7 +490,7 @@ def recover(
     if report.waiting:
         delay = max(0.5, (min(report.waiting.values()) - now).total_seconds() + 0.1)
         wake_later(wakeup, delay, "recovery")
-    return with_recovered(status, report, now)
+    return recovered_status(status, report, now)
 
 
 def confirming(

@@ -22,21 +22,24 @@ One :meth:`Recovery.step` per round, on the round's observation:
    undefined before anything starts it; a VM that runs nowhere else is left where it is.
 
 Nothing here acts unless ``act`` (the policy's mode is apply and the cluster is held).
-What to restart, where, and what to report is decided by the pure functions of
-``core.recovery`` (``restart_steps``, ``stale_copies``, ...); this module does it, through the
-ports of ``engine/ports.py`` (``Fencer``, ``Restarter``, ``RecoveryStore``, ``ObservedBranch``).
+Every decision is a pure function of ``core.recovery_round`` (which sighting to keep, what to
+do about each host that does not answer: wait, back off, fence, restart; the record after a
+fence; the Recovered condition) and ``core.recovery`` (what a restart step starts and where,
+stale copies); this module only carries them out, through the ports of ``engine/ports.py``
+(``Fencer``, ``Restarter``, ``RecoveryStore``, ``ObservedBranch``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
-from reconciler.core import duplicates
 from reconciler.core import recovery as decide
+from reconciler.core import recovery_round as decide_step
 from reconciler.core.definitions import redacted_definition
+from reconciler.core.recovery_round import HostVerdict, RecoveryReport
 from reconciler.engine.ports import (
     Clock,
     DesiredSource,
@@ -57,15 +60,12 @@ from reconciler.model.recovery import (
     RecordedSighting,
     RecoveryState,
     RestartIntent,
-    SavedVm,
 )
-from reconciler.model.snapshot import Snapshot, VmRunState
+from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import (
-    ConditionType,
     MoveOutcome,
     MoveResult,
     ReconcileStatus,
-    with_condition,
 )
 
 log = logging.getLogger(__name__)
@@ -85,35 +85,6 @@ class RecoveryPorts:
     observed: ObservedBranch | None = None
     """The observed branch (``run --repo``): definitions of VMs this instance never saw."""
     on_fence: Callable[[str, FenceOutcome], None] = lambda host, outcome: None
-
-
-@dataclass
-class RecoveryReport:
-    fence_failing: dict[str, str] = field(default_factory=dict)
-    """Host -> what its last fence said, for hosts not confirmed off."""
-    unconfirmed: list[str] = field(default_factory=list)
-    """Hosts of ``fence_failing`` whose fence exited 0 but was not confirmed."""
-    fenced: list[str] = field(default_factory=list)
-    restarted: dict[str, str] = field(default_factory=dict)
-    not_restarted: dict[str, str] = field(default_factory=dict)
-    undefined: list[str] = field(default_factory=list)
-    removed: list[tuple[str, str]] = field(default_factory=list)
-    """(UUID, host) of each stale copy undefined: no longer a duplicate."""
-    unfenceable: list[str] = field(default_factory=list)
-    """Hosts past grace without a fence configured: never recovered."""
-    waiting: dict[str, datetime] = field(default_factory=dict)
-    """Host -> when it is next due (grace ends, or the fence's backoff)."""
-    recorded: str | None = None
-
-    @property
-    def trouble(self) -> str | None:
-        if self.fence_failing:
-            return "; ".join(f"fencing {h} failed: {d}" for h, d in self.fence_failing.items())
-        if self.unfenceable:
-            return "no fence configured for " + ", ".join(self.unfenceable)
-        if self.not_restarted:
-            return "; ".join(f"{vm} not restarted: {why}" for vm, why in self.not_restarted.items())
-        return None
 
 
 class Recovery:
@@ -138,11 +109,7 @@ class Recovery:
         self._status = status
         state = self.ports.store.load() or RecoveryState(cluster=self.cluster)
         now = self.ports.clock.now()
-        for h in snapshot.hosts:
-            if h.reachable:
-                self.unreachable_since.pop(h.name, None)
-            else:
-                self.unreachable_since.setdefault(h.name, snapshot.taken_at)
+        self.unreachable_since = decide_step.unreachable_since(self.unreachable_since, snapshot)
         reachable: set[str] = {h.name for h in snapshot.hosts if h.reachable}
         state = self._returned(state, snapshot, reachable, act, report)
         state = self._remember(state, snapshot, reachable, now)
@@ -189,7 +156,6 @@ class Recovery:
             )
             report.undefined.append(f"{s.vm}@{s.host}")
             report.removed.append((s.uuid, s.host))
-        hosts = {h: r for h, r in state.hosts.items() if h not in back or h in left}
         for h in back:
             if h in left:
                 continue
@@ -201,44 +167,21 @@ class Recovery:
                 )
             else:
                 log.info("host %s is back; its recovery is over", h)
-        intents = {u: i for u, i in state.intents.items() if i.source in hosts}
-        return state.model_copy(update={"hosts": hosts, "intents": intents})
+        return decide_step.after_return(state, back, left)
 
     # -- definitions -------------------------------------------------------------------------
 
     def _remember(
         self, state: RecoveryState, snapshot: Snapshot, reachable: set[str], now: datetime
     ) -> RecoveryState:
-        vms = {u: v for u, v in state.vms.items() if v.host not in reachable}
+        definitions: dict[str, dict[str, str] | None] = {}
         for host in sorted(reachable):
             try:
-                xmls = self.ports.restarter.definitions(host)
+                definitions[host] = self.ports.restarter.definitions(host)
             except ReconcilerError as err:
                 log.warning("could not read the definitions on %s: %s", host, err)
-                vms.update({u: v for u, v in state.vms.items() if v.host == host})
-                continue
-            for vm in snapshot.vms:
-                xml = xmls.get(vm.uuid)
-                if vm.host != host or xml is None:
-                    continue
-                running = vm.state is not VmRunState.SHUTOFF
-                old = vms.get(vm.uuid)
-                if old is not None and old.running and not running and old.host != host:
-                    # a shut-off copy never replaces the running one, nor the last sighting
-                    # of one running on a host that does not answer (it may run there)
-                    continue
-                vms[vm.uuid] = SavedVm(
-                    name=vm.name,
-                    uuid=vm.uuid,
-                    host=vm.host,
-                    running=running,
-                    vcpus=vm.vcpus,
-                    memory=vm.memory_max,
-                    labels=dict(vm.labels),
-                    blockers=decide.blockers(vm),
-                    xml=xml,
-                    seen_at=now,
-                )
+                definitions[host] = None
+        vms = decide_step.remembered(state, snapshot, definitions, now)
         return state.model_copy(update={"vms": vms})
 
     # -- fence and restart ---------------------------------------------------------------------
@@ -256,54 +199,51 @@ class Recovery:
         spec = desired.policy.spec.recovery
         record = state.hosts.get(host)
         since = self.unreachable_since.get(host, now)
-        if record is None and not decide.due(since, now, spec.grace):
-            report.waiting[host] = since + spec.grace
+        fence = effective_fence(desired.cluster, _host(desired, host))
+        step = decide_step.host_next(
+            record, since, now, grace=spec.grace, has_fence=fence is not None, act=act
+        )
+        verdict = step.verdict
+        if verdict is HostVerdict.WAIT or verdict is HostVerdict.BACKOFF:
+            assert step.until is not None
+            report.waiting[host] = step.until
+            if record is not None and record.fence is not None:
+                report.failing(host, record.fence)
             return state
-        if record is None or record.fenced_at is None:
-            fence = effective_fence(desired.cluster, _host(desired, host))
-            if fence is None:
-                log.error("host %s is unreachable and has no fence: nothing is restarted", host)
-                report.unfenceable.append(host)
-                return state
-            record = record or HostRecovery(unreachable_since=since)
-            if record.next_attempt_at is not None and now < record.next_attempt_at:
-                report.waiting[host] = record.next_attempt_at
-                assert record.fence is not None
-                _failing(report, host, record.fence)
-                return state
-            if not act:
-                log.warning("host %s is a recovery candidate; not acting in this round", host)
-                return state
+        if verdict is HostVerdict.NO_FENCE:
+            log.error("host %s is unreachable and has no fence: nothing is restarted", host)
+            report.unfenceable.append(host)
+            return state
+        if verdict is HostVerdict.LOOK:
+            log.warning("host %s is a recovery candidate; not acting in this round", host)
+            return state
+        if verdict is HostVerdict.FENCED_LOOK:
+            return state
+        if verdict is HostVerdict.FENCE:
+            assert fence is not None
             log.warning("host %s unreachable since %s: fencing it", host, since.isoformat())
             result = self.ports.fencer.fence(host, fence)
             if result.outcome is FenceOutcome.OK:
                 result = self._confirmed(host, fence, result)
             self.ports.on_fence(host, result.outcome)
+            record = decide_step.after_fence(record, since, result, now)
+            state = _with_host(state, host, record, self.ports.store)
             if result.outcome is not FenceOutcome.OK:
-                attempts = record.attempts + 1
-                retry = now + decide.fence_backoff(attempts)
+                assert record.next_attempt_at is not None
                 log.error(
                     "fencing %s did not confirm it off (%s: %s); nothing of it is restarted, "
                     "next try at %s",
                     host,
                     result.outcome,
                     result.detail,
-                    retry.isoformat(timespec="seconds"),
+                    record.next_attempt_at.isoformat(timespec="seconds"),
                 )
-                record = record.model_copy(
-                    update={"fence": result, "attempts": attempts, "next_attempt_at": retry}
-                )
-                _failing(report, host, result)
-                report.waiting[host] = retry
-                return _with_host(state, host, record, self.ports.store)
+                report.failing(host, result)
+                report.waiting[host] = record.next_attempt_at
+                return state
             log.warning("host %s fenced (%s)", host, result.detail or "exit 0")
-            record = record.model_copy(
-                update={"fence": result, "fenced_at": now, "next_attempt_at": None}
-            )
-            state = _with_host(state, host, record, self.ports.store)
             report.fenced.append(host)
-        if not act:
-            return state
+        assert record is not None
         return self._restart(desired, state, snapshot, host, record, now, report)
 
     def _confirmed(self, host: str, fence: Fence, result: FenceResult) -> FenceResult:
@@ -476,42 +416,8 @@ class Recovery:
         report.recorded = recorded.where
 
 
-def _failing(report: RecoveryReport, host: str, result: FenceResult) -> None:
-    report.fence_failing[host] = f"{result.outcome}: {result.detail}"
-    if result.outcome is FenceOutcome.UNCONFIRMED:
-        report.unconfirmed.append(host)
-
-
 def _host(desired: DesiredState, name: str) -> Host:
     return next(h for h in desired.cluster.spec.hosts if h.name == name)
-
-
-def with_recovered(
-    status: ReconcileStatus, report: RecoveryReport, now: datetime
-) -> ReconcileStatus:
-    """``status`` with the Recovered condition of ``report``, and without the duplicates its
-    removal of stale copies settled."""
-    trouble = report.trouble
-    if report.unconfirmed:
-        reason = "FenceUnconfirmed"
-    elif report.fence_failing:
-        reason = "FenceFailed"
-    elif report.unfenceable:
-        reason = "NoFence"
-    elif report.not_restarted:
-        reason = "NotRestarted"
-    else:
-        reason = "Restarted" if report.restarted else "NoDeadHost"
-    message = trouble or (
-        "restarted " + ", ".join(f"{vm} on {h}" for vm, h in sorted(report.restarted.items()))
-        if report.restarted
-        else ""
-    )
-    conditions = with_condition(
-        status.conditions, ConditionType.RECOVERED, trouble is None, reason, message, now
-    )
-    left = duplicates.without_removed(status.duplicates, report.removed)
-    return status.model_copy(update={"conditions": conditions, "duplicates": left})
 
 
 def _with_host(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from reconciler.core.recovery_round import RecoveryReport, recovered_status
 from reconciler.engine.loop import Loop, LoopSettings
 from reconciler.engine.metrics import Metrics
-from reconciler.engine.recovery import RecoveryReport, with_recovered
 from reconciler.engine.round import RoundOptions, RoundPorts, run_round
 from reconciler.model.desired import DesiredState
 from reconciler.model.policy import BalancePolicy
@@ -93,7 +93,7 @@ def test_a_copy_defined_twice_is_said_too_and_one_the_recovery_removed_is_not() 
     removed: list[tuple[str, str]] = []
 
     def recovery(_: DesiredState, __: Snapshot, status: ReconcileStatus) -> ReconcileStatus:
-        return with_recovered(status, RecoveryReport(removed=removed), fake.clock.now())
+        return recovered_status(status, RecoveryReport(removed=removed), fake.clock.now())
 
     p = ports(fake, store)
     p.recovery = recovery

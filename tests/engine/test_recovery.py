@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.engine.recovery import Recovery, RecoveryPorts, with_recovered
+from reconciler.core.recovery_round import recovered_status
+from reconciler.engine.recovery import Recovery, RecoveryPorts
 from reconciler.errors import TerminalError, TransientError
 from reconciler.model.base import HostName
 from reconciler.model.cluster import ClusterSpec, Defaults
@@ -232,7 +233,7 @@ def test_a_failed_fence_restarts_nothing_and_is_retried_with_backoff() -> None:
     assert world.starts == []
     assert world.fenced == ["a", "a"]
     assert "a" in rec.last.fence_failing
-    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    status = recovered_status(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
     condition = status.condition(ConditionType.RECOVERED)
     assert condition is not None
     assert not condition.status
@@ -356,7 +357,7 @@ def test_a_lying_fence_whose_status_action_says_on_restarts_nothing() -> None:
     assert world.outcomes == [("a", FenceOutcome.UNCONFIRMED)] * 2
     assert rec.last.unconfirmed == ["a"]
     assert "status action says on (Status: ON)" in rec.last.fence_failing["a"]
-    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    status = recovered_status(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
     condition = status.condition(ConditionType.RECOVERED)
     assert condition is not None
     assert not condition.status

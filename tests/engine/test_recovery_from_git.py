@@ -12,7 +12,8 @@ from datetime import timedelta
 import pytest
 
 from reconciler.core.definitions import redacted_definition
-from reconciler.engine.recovery import Recovery, RecoveryPorts, with_recovered
+from reconciler.core.recovery_round import recovered_status
+from reconciler.engine.recovery import Recovery, RecoveryPorts
 from reconciler.errors import RemoteUnreachable, TerminalError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
@@ -127,7 +128,7 @@ def test_without_the_branch_a_fresh_instance_says_loudly_what_it_cannot_restart(
     assert world.starts == []
     why = "no saved definition: this instance never saw a reachable"
     assert rec.last.not_restarted == {"db": why, "web": why}
-    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    status = recovered_status(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
     cond = next(c for c in status.conditions if c.type is ConditionType.RECOVERED)
     assert cond.status is False
     assert cond.reason == "NotRestarted"
@@ -151,7 +152,7 @@ def test_a_definition_redacted_on_recording_is_not_started_and_says_why(
     assert why.endswith("; start it by hand")
     assert f"db of fenced host a is not restarted: {why}" in caplog.text
     assert caplog.text.count("db of fenced host a is not restarted") == 1  # said once
-    status = with_recovered(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
+    status = recovered_status(ReconcileStatus(cluster="test"), rec.last, world.clock.now())
     cond = next(c for c in status.conditions if c.type is ConditionType.RECOVERED)
     assert cond.status is False
     assert why in cond.message
