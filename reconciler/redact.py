@@ -9,6 +9,13 @@ handlers with ``ScrubFilter`` (``reconciler.engine.logs``, which keeps ``logging
 of commands that never log), and the adapters every output of git and of the forges before it
 reaches a message.
 
+**Bounds.** ``scrub`` takes time linear in the text, whatever it holds (no pattern that
+backtracks over what it has seen). A text longer than ``MAX_SCRUBBED`` characters keeps its
+first and its last half, with ``[... N characters left out ...]`` between. ``scrub_parts``
+scrubs the two ends of a text whose middle was cut out (a command's kept output): a secret
+or a URL's user info that the cut goes through shows no part of itself on either side; what
+might be one at a cut is masked.
+
 Standard library only and outside the layers, so the errors, the adapters and the engine can
 all use it.
 """
@@ -18,6 +25,8 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterable
+from typing import Final
 
 SECRET_ENV = (
     "RECONCILER_GIT_TOKEN",
@@ -29,7 +38,21 @@ SECRET_ENV = (
 
 MASK = "***"
 _MIN_SECRET = 4  # shorter values would mask ordinary words
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+MAX_SCRUBBED: Final = 1024 * 1024
+"""Characters of a text scrubbed and kept; a longer one keeps its first and its last half."""
+_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<scheme>[0-9+.-]*[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"
+)
+"""A URL's scheme and user info. It is tried only where a run of scheme characters begins
+(the look-behind), and each of its parts stops at the first character that cannot follow, so
+every character is looked at a bounded number of times: linear time. It matches what
+``(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\\s]+@`` matches (where that one backtracked from
+every position), with the digits and signs before the scheme's first letter (kept as they
+are)."""
+_OPEN_USERINFO = re.compile(r"[^/@\s]*")
+"""What may be a URL's user info cut before its ``@`` (read backwards from a cut)."""
+_USERINFO_TO_AT = re.compile(r"[^@\s]*@")
+"""From a cut to the ``@`` of a URL's user info the cut went through."""
 _known: set[str] = set()
 _lock = threading.Lock()
 
@@ -44,7 +67,7 @@ def _secrets() -> list[str]:
     with _lock:
         values = set(_known)
     values.update(v for name in SECRET_ENV if len(v := os.environ.get(name, "")) >= _MIN_SECRET)
-    return sorted(values, key=len, reverse=True)  # a longer secret before its parts
+    return sorted(values, key=_longest_first)
 
 
 def holds_secret(text: str) -> bool:
@@ -52,10 +75,90 @@ def holds_secret(text: str) -> bool:
     return any(secret in text for secret in _secrets())
 
 
-def scrub(text: str) -> str:
-    """``text`` without URL credentials and without any known secret."""
+def scrub(text: str, also: Iterable[str] = ()) -> str:
+    """``text`` without URL credentials and without any known secret, nor any of ``also``
+    (values of any length, e.g. a short password a caller knows); at most ``MAX_SCRUBBED``
+    characters of it."""
+    if len(text) <= MAX_SCRUBBED:
+        return _scrubbed(text, _with(also))
+    half = MAX_SCRUBBED // 2
+    head, tail = scrub_parts(text[:half], text[-half:], also)
+    return f"{head}[... {len(text) - 2 * half} characters left out ...]{tail}"
+
+
+def scrub_parts(head: str, tail: str, also: Iterable[str] = ()) -> tuple[str, str]:
+    """The beginning and the end of a text whose middle was cut out, each scrubbed, and what
+    at a cut may be part of a secret or of a URL's user info that the cut went through
+    masked: the end of ``head`` that begins a secret (or follows ``://`` with no ``/``, ``@``
+    or space), the start of ``tail`` that ends one (or comes before a URL's ``@``)."""
+    secrets = _with(also)
+    head, tail = _scrubbed(head, secrets), _scrubbed(tail, secrets)
+    cut = len(head) - max(_open_userinfo(head), max((_begun(head, s) for s in secrets), default=0))
+    if cut < len(head):
+        head = head[:cut] + MASK
+    ended = max((_ended(tail, s) for s in secrets), default=0)
+    start, end = _userinfo_to_at(tail)
+    if start <= ended:
+        ended = max(ended, end)
+    elif end > start:
+        tail = tail[:start] + MASK + tail[end:]
+    if ended > 0:
+        tail = MASK + tail[ended:]
+    return head, tail
+
+
+def _with(also: Iterable[str]) -> list[str]:
+    extra = {s for s in also if s}
+    known = _secrets()
+    return sorted(extra.union(known), key=_longest_first) if extra else known
+
+
+def _longest_first(secret: str) -> tuple[int, str]:
+    return -len(secret), secret  # a longer secret before its parts; then always one order
+
+
+def _scrubbed(text: str, secrets: list[str]) -> str:
     text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)
-    for secret in _secrets():
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def _begun(text: str, secret: str) -> int:
+    """The length of the longest end of ``text`` that is how ``secret`` begins (not all of it)."""
+    start = max(0, len(text) - len(secret) + 1)
+    while (at := text.find(secret[0], start)) != -1:
+        if secret.startswith(text[at:]):
+            return len(text) - at
+        start = at + 1
+    return 0
+
+
+def _ended(text: str, secret: str) -> int:
+    """The length of the longest start of ``text`` that is how ``secret`` ends (not all of it)."""
+    end = min(len(text), len(secret) - 1)
+    while (at := text.rfind(secret[-1], 0, end)) != -1:
+        if secret.endswith(text[: at + 1]):
+            return at + 1
+        end = at
+    return 0
+
+
+def _open_userinfo(head: str) -> int:
+    """How many characters at the end of ``head`` follow a ``://`` with no ``/``, ``@`` or
+    space: a URL's user info cut before its ``@``."""
+    length = _OPEN_USERINFO.match(head[::-1])
+    size = length.end() if length is not None else 0
+    return size if head.endswith("://", 0, len(head) - size) else 0
+
+
+def _userinfo_to_at(tail: str) -> tuple[int, int]:
+    """Where at the start of ``tail`` a URL's user info (or its end) may be, before an ``@``
+    that no space precedes and after the last ``/`` before it: the rest of one a cut went
+    through. (0, 0) when there is none."""
+    found = _USERINFO_TO_AT.match(tail)
+    if found is None:
+        return 0, 0
+    at = found.end() - 1
+    return tail.rfind("/", 0, at) + 1, at
