@@ -275,10 +275,15 @@ def _host_action(
         _ready_action(rollout, h, state, now, work)
     elif step == START:
         work.actions.append(StartVms(h.host, h.state_of(SHUTDOWN).vms))
-    elif step == UNDRAIN:
-        work.actions.append(
-            Record(h.host, UNDRAIN, StepOutcome.SUCCEEDED, f"{h.host} is ready and back in service")
-        )
+    elif step == UNDRAIN:  # recorded when it begins, as every step, then when it ends
+        if begins:
+            work.actions.append(Record(h.host, UNDRAIN, StepOutcome.STARTED, ""))
+        else:
+            work.actions.append(
+                Record(
+                    h.host, UNDRAIN, StepOutcome.SUCCEEDED, f"{h.host} is ready and back in service"
+                )
+            )
     else:
         title = step_title(h.host, step)
         _command_action(

@@ -260,7 +260,12 @@ def test_ready_waits_checks_settles_and_only_then_undrains() -> None:
     )
     ready = [*passed, rec("kvm-01", "ready", "succeeded", 5)]
     back = next_actions(r, cluster(), snap(), ready, now=NOW + timedelta(minutes=5))
-    assert back.actions == (
+    # the undrain is recorded when it begins, as every step, then when it ends
+    assert back.actions == (Record("kvm-01", "undrain", StepOutcome.STARTED, ""),)
+    giving = [*ready, rec("kvm-01", "undrain", "started", 5)]
+    given = next_actions(r, cluster(), snap(), giving, now=NOW + timedelta(minutes=5))
+    assert given.out == ("kvm-01",)
+    assert given.actions == (
         Record("kvm-01", "undrain", StepOutcome.SUCCEEDED, "kvm-01 is ready and back in service"),
     )
 
@@ -409,9 +414,7 @@ def test_a_person_resumes_a_stopped_rollout_by_retrying_or_skipping_the_step() -
     assert again.actions == (CheckReady("kvm-01", (), begin=True),)
     skip = rollout(spec(resume=[{**entry, "then": "skip"}]))
     on = next_actions(skip, cluster(), snap(), records, now=failed_at)
-    assert on.actions == (
-        Record("kvm-01", "undrain", StepOutcome.SUCCEEDED, "kvm-01 is ready and back in service"),
-    )
+    assert on.actions == (Record("kvm-01", "undrain", StepOutcome.STARTED, ""),)
     # a later failure of the same step is not covered by the entry: it stops again
     later = [
         *records,

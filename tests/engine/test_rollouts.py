@@ -240,3 +240,26 @@ def test_the_rounds_status_names_where_a_rollout_stopped() -> None:
         ("r", "Stopped", ["h0"], "h0", "command/upgrade")
     ]
     assert states[0].message == "stopped at h0 command/upgrade: exit 1"
+
+
+def test_every_step_is_recorded_when_it_begins_then_when_it_ends() -> None:
+    world = World(rollout(immovable={"action": "shutdown"}))
+    assert world.until_settled().decisions[0].phase is Phase.DONE
+    records = world.records.load("r").records
+    steps: dict[tuple[str | None, str], list[StepOutcome]] = {}
+    for r in records:
+        steps.setdefault((r.host, r.step), []).append(r.outcome)
+    assert {step for _, step in steps} == {
+        "drain",
+        "shutdown",
+        "command/upgrade",
+        "reboot",
+        "ready",
+        "start",
+        "undrain",
+    }
+    for where, outcomes in steps.items():
+        # its start first, its outcome last; between them only the ready wait's looks
+        assert outcomes[0] is StepOutcome.STARTED, (where, outcomes)
+        assert outcomes[-1] is StepOutcome.SUCCEEDED, (where, outcomes)
+        assert StepOutcome.STARTED not in outcomes[1:], (where, outcomes)
