@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.core.assignment import assign, mine
+from reconciler.core.assignment import PARTITIONS, assign, mine
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 clusters_st = st.sets(names, max_size=60)
@@ -75,3 +75,40 @@ def test_no_member_no_assignment_and_alone_all() -> None:
     assert dict(assign({"x"}, set())) == {}
     assert mine({"x", "y"}, set(), "me") == {"x", "y"}
     assert mine({"x", "y"}, {"other"}, "me") | mine({"x", "y"}, {"me"}, "other") == {"x", "y"}
+
+
+TODAY = {
+    "cluster-00": "i-a",
+    "cluster-01": "i-a",
+    "cluster-02": "i-a",
+    "cluster-03": "i-c",
+    "cluster-04": "i-c",
+    "cluster-05": "i-a",
+    "cluster-06": "i-b",
+    "cluster-07": "i-a",
+    "cluster-08": "i-a",
+    "cluster-09": "i-a",
+    "cluster-10": "i-a",
+    "cluster-11": "i-b",
+}
+"""Where twelve clusters go among three members, as every release so far placed them: instances
+of two releases in one fleet (during an upgrade) must agree, or a cluster is tried by two or by
+none until the last instance is upgraded."""
+
+
+def test_the_placement_is_the_one_every_release_made() -> None:
+    got = assign(TODAY, {"i-a", "i-b", "i-c"})
+    assert {c: owner(dict(got), c) for c in TODAY} == TODAY
+
+
+@given(clusters_st, members_st)
+def test_the_ring_places_as_toozs_hash_ring_did(clusters: set[str], members: set[str]) -> None:
+    """The ring used to be tooz's (``tooz.hashring.HashRing``, md5, 64 partitions per member):
+    the core's own places every cluster on the same member."""
+    from tooz.hashring import HashRing
+
+    ring = HashRing(members, partitions=PARTITIONS)
+    got = dict(assign(clusters, members))
+    for cluster in clusters:
+        (member,) = ring.get_nodes(cluster.encode())
+        assert owner(got, cluster) == member
