@@ -13,15 +13,24 @@ earlier calculation left, else unknown; nothing else of the host is affected.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol, TypeVar
 
 import libvirt
 
 from reconciler.errors import HostUnreachable
 
-if TYPE_CHECKING:
-    from reconciler.adapters.libvirt.observe_host import Probe
+T = TypeVar("T")
+
+
+class Calls(Protocol):
+    """What starting calculations needs of a host's observation (``observe_host.Probe``): its
+    timed call, libvirt's errors mapped to ours."""
+
+    def call(
+        self, name: str, fn: Callable[..., T], *args: Any, limit: float | None = None
+    ) -> T: ...
+
 
 STATS: Final = libvirt.VIR_DOMAIN_STATS_DIRTYRATE
 PERIOD: Final = 1
@@ -44,7 +53,7 @@ def reading(stats: Mapping[str, Any]) -> int | None:
     return None
 
 
-def start(probe: Probe, records: list[tuple[Any, dict[str, Any]]]) -> bool:
+def start(probe: Calls, records: list[tuple[Any, dict[str, Any]]]) -> bool:
     """Start a calculation for every running VM of ``records`` not measuring already, each
     through ``probe.call`` (so under the host's call timeout); whether any started. The first
     refusal for want of support ends the attempt on this host; a VM gone meanwhile is passed."""
