@@ -7,8 +7,10 @@ conditions and the last result even after an error: a record that cannot be writ
 with an error its port should have mapped to the project's) makes the status not Ready
 (``RecordFailed``), and the recovery step and the status save still follow. What the status
 says, which placement entries follow the moves and what the recovery step is shown are pure
-decisions (``core.rounds``); the round only sequences them. How a round runs is one frozen
-``RoundOptions``.
+decisions (``core.rounds``), and so is what the round does: ``core.next_actions`` turns the
+observation into facts (intents resolved, duplicates held, late moves) and the facts into
+actions (the plan, act or not and why, ask first, count); the round only carries them out, the
+rollouts between the two. How a round runs is one frozen ``RoundOptions``.
 
 A look writes nothing: a round that does not hold the cluster (``plan``, ``apply --dry-run``,
 an apply answered "no") writes no status and no domain record. A round writes them when it
@@ -36,7 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from reconciler.core import duplicates, intents, planner, rounds
+from reconciler.core import intents, rounds
+from reconciler.core import next_actions as decide
 from reconciler.engine.execute import Event, Execution, Gate, Ports
 from reconciler.engine.observed import require_observed
 from reconciler.engine.ports import (
@@ -46,6 +49,7 @@ from reconciler.engine.ports import (
     Hold,
     Migrator,
     Observer,
+    QueuedRecords,
     StatusStore,
 )
 from reconciler.errors import ReconcilerError, TerminalError, TransientError
@@ -226,8 +230,10 @@ def _after(
     desired: DesiredState, ports: RoundPorts, report: RoundReport, options: RoundOptions
 ) -> None:
     """What follows a round while the caller still holds the cluster: its record, when it
-    acted (or owes a late one), and the recovery step on its observation."""
-    owed = report.acted or (report.counted and bool(report.late))
+    acted (or owes a late one, or earlier rounds' records wait in its source's queue), and
+    the recovery step on its observation."""
+    queued = isinstance(ports.source, QueuedRecords) and ports.source.queued()
+    owed = report.acted or (report.counted and (bool(report.late) or queued))
     if owed and ports.source is not None and report.plan is not None:
         audit = options.audit_trigger
         chosen = audit(report.plan) if audit is not None else options.trigger
@@ -301,107 +307,66 @@ def _round(
     previous: ReconcileStatus | None,
     options: RoundOptions,
 ) -> None:
+    """Observe, decide (``core.next_actions``), carry out: the rollouts between the two
+    decisions, then what the second decided."""
     observed = ports.observer.observe()
     down = [h for h in observed.hosts if not h.reachable]
     if observed.hosts and len(down) == len(observed.hosts):
         report.snapshot = observed
         require_observed(observed)  # raises: no host answered
     now = ports.clock.now()
-    # Records dated in the future are dropped and intents resolved from where each VM runs,
-    # in memory: the plan decides from them; they are written only by a round that holds.
-    sane, distrusted = intents.without_future_records(observed, now + rounds.SKEW_TOLERANCE)
-    for line in distrusted:
-        log.warning("ignoring a record dated in the future: %s", line)
-    snapshot, resolutions = intents.resolved(sane, now, options.actor)
-    found = duplicates.found(snapshot)
-    if found:  # whatever made them: said, and none of them moves
-        report.duplicates = found
-        snapshot = duplicates.held(snapshot, found)
-        for d in found:
-            log.error(
-                "duplicate VM: %s; no move of it until a person keeps one copy "
-                "(docs/recovery.md#duplicates)",
-                d.describe(),
-            )
-    report.snapshot = snapshot
-    late = intents.unrecorded_moves(
-        desired.placement.spec.vms, snapshot, options.placement_changed_at
+    facts = decide.observed_facts(
+        desired,
+        observed,
+        previous,
+        now=now,
+        actor=options.actor,
+        placement_changed_at=options.placement_changed_at,
     )
-    if late:
-        # the desired state follows these moves in memory; the record makes it so in the source
-        report.late = late
-        desired = intents.following(desired, late)
-        for r in late:
-            log.warning(
-                "%s was moved %s -> %s by the reconciler (%s) but placement.yaml was not "
-                "updated: recording it, not moving it back",
-                r.vm,
-                r.source,
-                r.target,
-                r.detail,
-            )
-    history = previous.history() if previous is not None else History()
-    complete = not down
-    if history.observed_since is None and complete:
-        history = history.model_copy(update={"observed_since": snapshot.taken_at})
-    act = options.act
-    planned = desired
-    if ports.rollouts is not None and desired.rollouts and report.counted:
-        held = _rollouts(desired, snapshot, ports, ports.rollouts, options, act, history)
+    _tell(facts)
+    report.duplicates = facts.duplicates
+    report.late = facts.late
+    report.snapshot = facts.snapshot
+    holds = report.counted
+    holding: decide.RolloutHolds | None = None
+    if ports.rollouts is not None and desired.rollouts and holds:
+        held = _rollouts(facts, ports, ports.rollouts, options)
         report.rollouts = held
-        if held.error is not None and not held.decisions:
-            act = False  # rollouts whose records cannot be read: hold everything back
-            report.not_acting = f"the rollouts' records could not be read: {held.error.message}"
-            log.warning("not acting: %s", report.not_acting)
-        if held.snapshot is not None:
-            snapshot = held.snapshot
-            report.snapshot = snapshot
-        from reconciler.core.rollout_vms import during_rollouts
-
-        planned = during_rollouts(desired, held.out, held.keep_out)
-    plan = planner.plan(planned, snapshot, history, now=now)
+        unreadable = held.error.message if held.error is not None and not held.decisions else None
+        holding = decide.RolloutHolds(held.snapshot, held.out, held.keep_out, unreadable)
+    actions = decide.next_actions(
+        facts,
+        act=options.act,
+        holds=holds,
+        confirm=options.confirm is not None,
+        actor=options.actor,
+        now=now,
+        rollouts=holding,
+    )
+    plan = actions.plan
     report.plan = plan
+    report.snapshot = actions.snapshot
     for line in _decisions(plan):
         log.info(line, extra={"plan_id": plan.plan_id})
-    options.on_plan(plan, snapshot)
-    ready = act and bool(plan.moves) and history.observed_since is not None
-    if act and plan.moves and history.observed_since is None:
-        report.not_acting = (
-            "the cluster has not been observed completely yet ("
-            + ", ".join(f"{h.name}: {h.error or 'unreachable'}" for h in down)
-            + ")"
-        )
-        log.warning("not acting: %s", report.not_acting)
-    others = intents.foreign(snapshot, options.actor, now) if ready else []
-    if others:  # whatever the holds say, two actors never move VMs at once
-        ready = False
-        report.not_acting = "another actor is moving VMs of this cluster: " + "; ".join(others)
-        log.warning("not acting: %s", report.not_acting)
-    if ready and options.confirm is not None and not options.confirm(plan):
+    options.on_plan(plan, actions.snapshot)
+    if actions.refusal is not None:
+        report.not_acting = actions.refusal
+        log.warning("not acting: %s", actions.refusal)
+    if actions.ask and options.confirm is not None and not options.confirm(plan):
         report.counted = False  # answered "no" (or a dry run): a look, nothing written
         return
-    if ready:
-        report.counted = True
-    if not report.counted:
+    report.counted = actions.counts
+    if not actions.counts:
         return  # a look: nothing written
-    kept = _write_resolutions(ports, resolutions)
-    if kept:  # a copy that could not be removed: its intent stays, for the next round
-        records = {(v.name, v.host): v.reconciler for v in sane.vms}
-        vms = [
-            v.model_copy(update={"reconciler": records[(v.name, v.host)]})
-            if v.name in kept and (v.name, v.host) in records
-            else v
-            for v in snapshot.vms
-        ]
-        snapshot = snapshot.model_copy(update={"vms": vms})
-    if history.observed_since is not None:
-        snapshot = _record_first_seen(ports, snapshot, history, now)
-        report.snapshot = snapshot
-    if not ready:
+    kept = _write_resolutions(ports, facts.resolutions)
+    snapshot = decide.with_kept_intents(actions.snapshot, facts.recorded, kept)
+    snapshot = _record_first_seen(ports, snapshot, facts.history, now)
+    report.snapshot = snapshot
+    if not actions.act:
         return
     report.acted = True
     execution = Execution(
-        planned,
+        actions.planned,
         snapshot,
         plan.moves,
         Ports(ports.observer, ports.migrator, ports.recorder, ports.clock),
@@ -415,20 +380,39 @@ def _round(
     report.results = execution.run()
 
 
+def _tell(facts: decide.ObservedFacts) -> None:
+    """The facts an operator must hear of, logged once per round."""
+    for line in facts.distrusted:
+        log.warning("ignoring a record dated in the future: %s", line)
+    for d in facts.duplicates:  # whatever made them: said, and none of them moves
+        log.error(
+            "duplicate VM: %s; no move of it until a person keeps one copy "
+            "(docs/recovery.md#duplicates)",
+            d.describe(),
+        )
+    for r in facts.late:
+        log.warning(
+            "%s was moved %s -> %s by the reconciler (%s) but placement.yaml was not "
+            "updated: recording it, not moving it back",
+            r.vm,
+            r.source,
+            r.target,
+            r.detail,
+        )
+
+
 def _rollouts(
-    desired: DesiredState,
-    snapshot: Snapshot,
+    facts: decide.ObservedFacts,
     ports: RoundPorts,
     rollout_ports: RolloutPorts,
     options: RoundOptions,
-    act: bool,
-    history: History,
 ) -> RolloutRound:
     """The rollouts carried on as far as they go now, in a round that acts on a cluster
     observed completely once; otherwise only what they hold (nothing is done)."""
     from reconciler.engine.rollouts import RolloutRound, carry_out, look
 
-    if act and history.observed_since is not None:
+    desired, snapshot = facts.desired, facts.snapshot
+    if options.act and facts.history.observed_since is not None:
         hold = ports.hold
 
         def may_act() -> str | None:
@@ -499,21 +483,22 @@ def _decisions(plan: Plan) -> list[str]:
 def _record_first_seen(
     ports: RoundPorts, snapshot: Snapshot, history: History, now: datetime
 ) -> Snapshot:
-    """Stamp VMs seen for the first time: a VM there at the first complete observation is old.
-
-    Returns the snapshot with the stamps, so later records of this round keep them.
-    """
-    since = history.observed_since
-    vms = []
-    for seen in snapshot.vms:
-        vm = seen
-        if vm.reconciler.first_seen is None and vm.persistent:
-            first = since if since is not None and since >= snapshot.taken_at else now
-            record = vm.reconciler.model_copy(update={"first_seen": first})
-            try:
-                ports.recorder.record(vm.host, vm.name, record, uuid=vm.uuid)
-                vm = vm.model_copy(update={"reconciler": record})
-            except ReconcilerError as err:
-                log.warning("could not record first sighting of %s: %s", vm.name, err)
-        vms.append(vm)
+    """Stamp the VMs ``core.next_actions.first_seen_stamps`` names on their domains; the
+    snapshot with the stamps written, so later records of this round keep them."""
+    stamped = {}
+    for vm, record in decide.first_seen_stamps(snapshot, history, now):
+        try:
+            ports.recorder.record(vm.host, vm.name, record, uuid=vm.uuid)
+        except ReconcilerError as err:
+            log.warning("could not record first sighting of %s: %s", vm.name, err)
+            continue
+        stamped[(vm.host, vm.name)] = record
+    if not stamped:
+        return snapshot
+    vms = [
+        v.model_copy(update={"reconciler": stamped[(v.host, v.name)]})
+        if (v.host, v.name) in stamped
+        else v
+        for v in snapshot.vms
+    ]
     return snapshot.model_copy(update={"vms": vms})
