@@ -14,10 +14,10 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Final
 
-from pydantic import AwareDatetime, Field
+from pydantic import AfterValidator, AwareDatetime, Field
 
 from reconciler.model.base import Frozen
-from reconciler.model.quantity import Duration, duration_within
+from reconciler.model.quantity import Duration, Size, duration_within, format_size
 
 MIN_COVERED: Final = 0.5
 """A VM's window is known when samples cover at least this share of it: a window mostly
@@ -58,7 +58,25 @@ QueryTimeout = Annotated[
         too_short="timeout {value} would give up before Prometheus can answer; use e.g. 10s",
     ),
 ]
-"""The longest a Prometheus query may take: more than 0, at most 5m."""
+"""The longest a Prometheus query may take, whole: more than 0, at most 5m."""
+MIN_ANSWER: Final = 64 * 1024
+MAX_ANSWER: Final = 1024**3
+DEFAULT_MAX_ANSWER: Final = 32 * 1024**2
+"""32MiB: a 6h window at 30s for about 1,300 VMs, a 10m one for tens of thousands; read into
+memory, an answer takes about ten times its size."""
+
+
+def _answer_within(size: int) -> int:
+    if not MIN_ANSWER <= size <= MAX_ANSWER:
+        raise ValueError(
+            f"maxAnswer {format_size(size)} is out of bounds; use {format_size(MIN_ANSWER)} to "
+            f"{format_size(MAX_ANSWER)}, e.g. {format_size(DEFAULT_MAX_ANSWER)}"
+        )
+    return size
+
+
+AnswerSize = Annotated[Size, AfterValidator(_answer_within)]
+"""The largest answer one Prometheus query may give: 64KiB to 1GiB."""
 
 
 class LoadSource(StrEnum):
@@ -100,7 +118,14 @@ class PrometheusSpec(Frozen):
     )
     timeout: QueryTimeout = Field(
         default=timedelta(seconds=10),
-        description="The longest a query may take; more than 0, at most 5m.",
+        description="The longest one query may take, whole: connecting, Prometheus's "
+        "evaluation and reading its answer, however slowly it comes; more than 0, at most 5m.",
+    )
+    max_answer: AnswerSize = Field(
+        default=DEFAULT_MAX_ANSWER,
+        alias="maxAnswer",
+        description="The largest answer one query may give, decompressed; a larger one is "
+        "read no further and the load is unknown. 64KiB to 1GiB.",
     )
 
 

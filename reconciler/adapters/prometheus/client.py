@@ -1,19 +1,26 @@
 """Range queries against Prometheus's HTTP API (``/api/v1/query_range``), over httpx.
 
-One GET per query, within the policy's ``timeout`` (each of connecting, sending and reading,
-and Prometheus's own evaluation timeout). A bearer token, when Prometheus sits behind
-authentication, comes from ``RECONCILER_PROMETHEUS_TOKEN`` and is only ever sent in the
-``Authorization`` header. Errors become the project's: no answer, a timeout, 429 or 5xx are
+One GET per query, on a connection of its own, within the policy's ``timeout`` as a whole:
+connecting, sending, Prometheus's evaluation (its own ``timeout`` parameter) and reading the
+answer, however slowly a server sends it (:class:`_Deadline` shuts the connection when the
+time is up). The answer is streamed and read no further than ``maxAnswer`` bytes
+(decompressed). A bearer token, when Prometheus sits behind authentication, comes from
+``RECONCILER_PROMETHEUS_TOKEN`` and is only ever sent in the ``Authorization`` header.
+Errors become the project's: no answer, a deadline passed, 429 or 5xx are
 ``MetricsUnavailable`` (the next round asks again), a refused query (400, 422: bad PromQL;
-401, 403) or an answer that is not a matrix is ``MetricsError`` with Prometheus's own words.
-A series without the label that names it is left out, and so is a value that is not a number:
-a bad series never fails the round.
+401, 403), an answer over the size cap or one that is not a matrix is ``MetricsError`` with
+Prometheus's own words. A series without the label that names it is left out, and so is a
+value that is not a number: a bad series never fails the round.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
+import socket
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,11 +28,65 @@ import httpx
 
 from reconciler.errors import MetricsError, MetricsUnavailable
 from reconciler.model.load import PrometheusSpec
+from reconciler.model.quantity import format_size
 from reconciler.redact import scrub
 
 TOKEN_ENV = "RECONCILER_PROMETHEUS_TOKEN"
 Points = dict[str, list[tuple[float, float]]]
 """Label value -> (time, value) points, in time order."""
+
+
+class _Deadline:
+    """The end of one query: at ``seconds`` after :meth:`start`, the connections the query
+    opened (seen through httpcore's ``trace`` extension) are shut down, which ends any read
+    or write on them at once. Each holds a duplicate of its socket until :meth:`stop`, so a
+    shutdown never reaches a descriptor the system gave to something else meanwhile."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.passed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            held = sock.dup()
+            self._sockets.append(held)
+            if self.passed:
+                _shut(held)
+
+    def _cut(self) -> None:
+        with self._lock:
+            self.passed = True
+            for held in self._sockets:
+                _shut(held)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for held in self._sockets:
+                held.close()
+            self._sockets.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the other end
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _TooLarge(Exception):
+    pass
 
 
 class PrometheusClient:
@@ -40,6 +101,7 @@ class PrometheusClient:
     ) -> None:
         self.url = spec.url.rstrip("/")
         self.timeout = spec.timeout.total_seconds()
+        self.max_answer = spec.max_answer
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         headers = {"User-Agent": "reconciler"}
         if token:
@@ -47,6 +109,8 @@ class PrometheusClient:
         self._client = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(self.timeout),
+            # a connection per query: the deadline shuts the connections it saw opened
+            limits=httpx.Limits(max_keepalive_connections=0),
             transport=transport,
             follow_redirects=False,
         )
@@ -76,20 +140,30 @@ class PrometheusClient:
             "step": f"{step:g}",
             "timeout": f"{self.timeout:g}s",
         }
+        deadline = _Deadline(self.timeout)
+        deadline.start()
         try:
-            response = self._client.get(f"{self.url}/api/v1/query_range", params=params)
-        except httpx.TimeoutException as err:
-            raise MetricsUnavailable(
-                f"{where} did not answer within {self.timeout:g}s ({type(err).__name__})",
-                hint="check that Prometheus runs and answers; the next round asks again",
+            status, body = self._get(f"{self.url}/api/v1/query_range", params, deadline)
+        except _TooLarge as err:
+            raise MetricsError(
+                f"{where} answered {query!r} with more than it may send (larger than "
+                f"{format_size(self.max_answer)}, maxAnswer): read no further",
+                hint="raise spec.load.prometheus.maxAnswer, or ask for less: a shorter window, "
+                "a longer sampleEvery, a query that gives one series per VM",
             ) from err
         except httpx.HTTPError as err:
+            if deadline.passed or isinstance(err, httpx.TimeoutException):
+                raise MetricsUnavailable(
+                    f"{where} did not answer within {self.timeout:g}s (the whole query, from "
+                    "connecting to the answer's last byte)",
+                    hint="check that Prometheus runs and answers; the next round asks again",
+                ) from err
             raise MetricsUnavailable(
                 f"{where} could not be reached: {type(err).__name__}: {scrub(str(err))}",
                 hint="check spec.load.prometheus.url and that Prometheus runs",
             ) from err
-        body = _json(response)
-        status = response.status_code
+        finally:
+            deadline.stop()
         if status == 429 or status >= 500:
             raise MetricsUnavailable(f"{where} answered {status}: {_error_text(body)}")
         if status != 200 or body.get("status") != "success":
@@ -103,10 +177,28 @@ class PrometheusClient:
             )
         return _points(body, label, where)
 
+    def _get(
+        self, url: str, params: Mapping[str, str], deadline: _Deadline
+    ) -> tuple[int, dict[str, Any]]:
+        """The status and the JSON object of the answer (empty when it is not one), read as
+        it comes and no further than ``max_answer`` bytes."""
+        extensions = {"trace": deadline.trace}
+        with self._client.stream("GET", url, params=params, extensions=extensions) as response:
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and int(length) > self.max_answer:
+                raise _TooLarge
+            data = bytearray()
+            for chunk in response.iter_bytes():
+                if len(data) + len(chunk) > self.max_answer:
+                    raise _TooLarge
+                data += chunk
+            status = response.status_code
+        return status, _json(data)
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+
+def _json(data: bytearray) -> dict[str, Any]:
     try:
-        body = response.json()
+        body = json.loads(data)
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
