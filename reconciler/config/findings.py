@@ -11,10 +11,7 @@ from pydantic import Field
 from reconciler.model.base import Frozen
 
 if TYPE_CHECKING:
-    from reconciler.config.yaml_source import Document
-
-DocPath = tuple[str | int, ...]
-"""A place inside one YAML document: keys and list indices from its root."""
+    from reconciler.config.yaml_source import DocPath, Document
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -11,8 +11,8 @@ from typing import Any, Final, Union
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from reconciler.config.findings import DocPath, Finding, Severity, path_text
-from reconciler.config.yaml_source import Document
+from reconciler.config.findings import Finding, Severity, path_text
+from reconciler.config.yaml_source import DocPath, Document
 from reconciler.model.base import API_VERSION, LABEL_KEY_PATTERN, NAME_PATTERN
 from reconciler.model.cluster import Cluster
 from reconciler.model.placement import Placement

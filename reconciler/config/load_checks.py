@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from reconciler.config.findings import DocPath, Finding, Severity, finding_at
-from reconciler.config.yaml_source import Document
+from reconciler.config.findings import Finding, Severity, finding_at
+from reconciler.config.yaml_source import DocPath, Document
 from reconciler.model.load import MAX_SAMPLES, LoadSource
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.quantity import format_duration

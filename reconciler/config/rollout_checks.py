@@ -9,10 +9,10 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from reconciler.config.findings import DocPath, Finding, Severity, finding_at
+from reconciler.config.findings import Finding, Severity, finding_at
 from reconciler.config.selectors import hosts_matching, is_glob, literal_members
 from reconciler.config.semantic import Sources, _unknown_host_hint
-from reconciler.config.yaml_source import Document
+from reconciler.config.yaml_source import DocPath, Document
 from reconciler.core.rollout_hosts import rollout_hosts
 from reconciler.core.rollout_steps import host_steps
 from reconciler.model.desired import DesiredState

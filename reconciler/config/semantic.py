@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from reconciler.config.findings import DocPath, Finding, Severity, finding_at
+from reconciler.config.findings import Finding, Severity, finding_at
 from reconciler.config.selectors import (
     KnownVms,
     covers,
@@ -19,7 +19,7 @@ from reconciler.config.selectors import (
     known_vm_names,
     literal_members,
 )
-from reconciler.config.yaml_source import Document
+from reconciler.config.yaml_source import DocPath, Document
 from reconciler.core.semantics import is_required, topology_domain
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState

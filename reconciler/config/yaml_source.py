@@ -17,7 +17,6 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from reconciler.config.findings import DocPath
 from reconciler.errors import DocumentError
 
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024
@@ -29,6 +28,8 @@ more than ``max(MAX_NODES, len(text))``."""
 MAX_DEPTH: Final = 64
 """Nesting of mappings and lists a document may have."""
 
+DocPath = tuple[str | int, ...]
+"""A place inside one YAML document: keys and list indices from its root."""
 Position = tuple[int, int]
 """(line, column), both 1-based."""
 
