@@ -87,24 +87,50 @@ def scrub(text: str, also: Iterable[str] = ()) -> str:
 
 
 def scrub_parts(head: str, tail: str, also: Iterable[str] = ()) -> tuple[str, str]:
-    """The beginning and the end of a text whose middle was cut out, each scrubbed, and what
-    at a cut may be part of a secret or of a URL's user info that the cut went through
+    """The beginning and the end of a text whose middle was cut out, each scrubbed, with what
+    at a cut may be part of a secret, or of a URL's user info, that the cut went through
     masked: the end of ``head`` that begins a secret (or follows ``://`` with no ``/``, ``@``
-    or space), the start of ``tail`` that ends one (or comes before a URL's ``@``)."""
+    or space), the start of ``tail`` that ends one (or comes before a URL's ``@``), and any
+    secret that overlaps those."""
     secrets = _with(also)
-    head, tail = _scrubbed(head, secrets), _scrubbed(tail, secrets)
-    cut = len(head) - max(_open_userinfo(head), max((_begun(head, s) for s in secrets), default=0))
-    if cut < len(head):
-        head = head[:cut] + MASK
-    ended = max((_ended(tail, s) for s in secrets), default=0)
-    start, end = _userinfo_to_at(tail)
-    if start <= ended:
-        ended = max(ended, end)
-    elif end > start:
-        tail = tail[:start] + MASK + tail[end:]
-    if ended > 0:
-        tail = MASK + tail[ended:]
-    return head, tail
+    keep = _head_cut(head, secrets)
+    start = _tail_cut(tail, secrets)
+    first = _scrubbed(head[:keep], secrets) + (MASK if keep < len(head) else "")
+    last = (MASK if start > 0 else "") + _scrubbed(tail[start:], secrets)
+    return first, last
+
+
+def _head_cut(text: str, secrets: list[str]) -> int:
+    """Where to end the kept beginning ``text`` so that nothing before is part of a secret or
+    of a URL's user info that goes on after: before the end of it that begins a secret, the
+    user info open at its end and every secret that overlaps those."""
+    backwards = text[::-1]
+    cut = len(text) - max((_begun(text, s) for s in secrets), default=0)
+    while True:
+        moved = cut - _open_userinfo(text, backwards, cut)
+        for secret in secrets:  # one that the cut goes through: cut before it
+            at = text.find(secret, max(0, moved - len(secret) + 1), moved + len(secret) - 1)
+            if at != -1:
+                moved = at
+        if moved == cut:
+            return cut
+        cut = moved
+
+
+def _tail_cut(text: str, secrets: list[str]) -> int:
+    """Where to begin the kept end ``text`` so that nothing after is part of a secret or of a
+    URL's user info that began before: after the start of it that ends a secret, the user
+    info up to its ``@`` and every secret that overlaps those."""
+    cut = max((_ended(text, s) for s in secrets), default=0)
+    while True:
+        moved = cut + _userinfo_to_at(text, cut)
+        for secret in secrets:  # one that the cut goes through: cut after it
+            at = text.rfind(secret, max(0, moved - len(secret) + 1), moved + len(secret) - 1)
+            if at != -1:
+                moved = at + len(secret)
+        if moved == cut:
+            return cut
+        cut = moved
 
 
 def _with(also: Iterable[str]) -> list[str]:
@@ -145,20 +171,20 @@ def _ended(text: str, secret: str) -> int:
     return 0
 
 
-def _open_userinfo(head: str) -> int:
-    """How many characters at the end of ``head`` follow a ``://`` with no ``/``, ``@`` or
-    space: a URL's user info cut before its ``@``."""
-    length = _OPEN_USERINFO.match(head[::-1])
-    size = length.end() if length is not None else 0
-    return size if head.endswith("://", 0, len(head) - size) else 0
+def _open_userinfo(text: str, backwards: str, end: int) -> int:
+    """How many characters before ``end`` in ``text`` (``backwards`` is it reversed) follow a
+    ``://`` with no ``/``, ``@`` or space: a URL's user info that goes on after ``end``."""
+    found = _OPEN_USERINFO.match(backwards, len(text) - end)
+    size = found.end() - (len(text) - end) if found is not None else 0
+    return size if text.endswith("://", 0, end - size) else 0
 
 
-def _userinfo_to_at(tail: str) -> tuple[int, int]:
-    """Where at the start of ``tail`` a URL's user info (or its end) may be, before an ``@``
-    that no space precedes and after the last ``/`` before it: the rest of one a cut went
-    through. (0, 0) when there is none."""
-    found = _USERINFO_TO_AT.match(tail)
+def _userinfo_to_at(text: str, start: int) -> int:
+    """How many characters from ``start`` in ``text`` come before an ``@`` with no space
+    between, and some of them after the last ``/``: the end of a URL's user info that began
+    before ``start``. 0 when there is none."""
+    found = _USERINFO_TO_AT.match(text, start)
     if found is None:
-        return 0, 0
+        return 0
     at = found.end() - 1
-    return tail.rfind("/", 0, at) + 1, at
+    return at - start if text.rfind("/", start, at) + 1 < at else 0

@@ -187,3 +187,59 @@ def test_the_reconcilers_own_secrets_are_not_passed_on(monkeypatch: pytest.Monke
         timeout=10,
     )
     assert result.output.strip() == "None"
+
+
+# --- the cut of the kept output never leaves part of a secret ---------------------------------
+
+SECRET = "t0ps3cret-bmc-0123456789"
+
+
+@pytest.mark.parametrize("inside", [1, 5, len(SECRET) - 1])
+@pytest.mark.parametrize("where", ["beginning", "end"])
+def test_a_secret_the_cut_of_the_output_goes_through_shows_no_part_of_itself(
+    where: str, inside: int
+) -> None:
+    # 1000 bytes kept: the first 500 and the last 500; the secret is printed so that the end
+    # of the kept beginning (or the start of the kept end) falls inside it
+    before = 500 - inside if where == "beginning" else 5000 - 500 - inside
+    code = (
+        "import os, sys\n"
+        f"sys.stdout.write('x' * {before} + os.environ['BMC_PASSWORD'] + 'y' * "
+        f"{5000 - before - len(SECRET)})\n"
+    )
+    result = run_command(
+        [sys.executable, "-c", code],
+        timeout=10,
+        env={"BMC_PASSWORD": SECRET},
+        secrets=[SECRET],
+        max_output=1000,
+    )
+    assert result.ok
+    assert result.dropped == 4000
+    assert MASK in result.output
+    shown = result.output.replace("x", " ").replace("y", " ")
+    for i in range(len(SECRET) - 1):
+        assert SECRET[i : i + 2] not in shown, (SECRET[i : i + 2], result.output)
+
+
+def test_a_character_the_cut_goes_through_does_not_hide_a_secret() -> None:
+    # the end of the kept beginning falls in the middle of the two bytes of the secret's
+    # "\u00e9": what is kept of that character is left out, and the secret's beginning is
+    # still seen and masked
+    secret = "s3cr3t-\u00e9t\u00e9-value"
+    code = (
+        "import os, sys\n"
+        "sys.stdout.buffer.write(b'x' * 492 + os.environ['BMC_PASSWORD'].encode() + "
+        "b'y' * 5000)\n"
+    )
+    result = run_command(
+        [sys.executable, "-c", code],
+        timeout=10,
+        env={"BMC_PASSWORD": secret},
+        secrets=[secret],
+        max_output=1000,
+    )
+    assert result.ok
+    assert result.dropped > 0
+    assert "s3cr3t" not in result.output
+    assert "\ufffd" not in result.output

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.processes.rollout_commands import ProcessRolloutCommands
+from reconciler.adapters.processes.rollout_commands import MAX_OUTPUT, ProcessRolloutCommands
 from reconciler.model.rollout import Command
 from reconciler.model.rollout_progress import Target
 
@@ -107,3 +107,28 @@ def test_the_reconcilers_own_secrets_never_reach_a_command(
         "r", "command/x", command("sh", "-c", f'echo "[${secret_env}]"'), target=TARGET
     )
     assert done.output == "[]"
+
+
+def test_a_pass_env_secret_the_cut_of_the_kept_output_goes_through_is_not_in_the_log(
+    tmp_path: Path,
+) -> None:
+    # the log keeps the first and the last 128 KiB: the secret straddles both cuts
+    half = MAX_OUTPUT // 2
+    secret = "ceph-5e3f2a1b-9c8d7e6f"
+    script = (
+        f'head -c {half - 10} /dev/zero | tr "\\0" x; printf %s "$CEPH_KEY"; '
+        f'head -c {3 * half} /dev/zero | tr "\\0" y; printf %s "$CEPH_KEY"; '
+        f'head -c {half - 12} /dev/zero | tr "\\0" z'
+    )
+    run = commands(tmp_path, CEPH_KEY=secret)
+    done = run.run(
+        "r", "command/x", command("sh", "-c", script, passEnv=["CEPH_KEY"]), target=TARGET
+    )
+    assert done.ok, done.detail
+    assert done.log is not None
+    log = Path(done.log).read_text()
+    assert "bytes left out" in log
+    assert log.count("***") == 2
+    shown = log.replace("x", " ").replace("y", " ").replace("z", " ")
+    for i in range(len(secret) - 1):
+        assert secret[i : i + 2] not in shown, secret[i : i + 2]

@@ -9,7 +9,8 @@ reconciler does not have fails the step before anything runs.
 
 The output of every run is kept in ``<logs>/<host>/<step>-<time>.log`` (``<logs>/rollout/``
 for the steps before and after), at most ``MAX_OUTPUT`` bytes of it (the first and the last
-half), so a person finds it after the run; the record names the file.
+half), so a person finds it after the run; the record names the file. It is the runner's
+scrubbed output: no ``passEnv`` value, whole or cut in two at the middle left out.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@
 - **Bounded output.** At most ``max_output`` bytes of each stream are kept (the first and the
   last half), the rest is counted and dropped, so a program that writes without end neither
   blocks nor fills memory. ``None`` keeps all of stdout (git's data); stderr stays bounded.
+  ``ProcessResult.parts`` gives the two kept halves apart.
 
 ``run_command`` adds what a command from the user's configuration needs. It never raises for
 the command's own failure (the result says what happened); stdout and stderr are read as one
@@ -21,11 +22,14 @@ command whose argv holds a known secret (``reconciler.redact``: the reconciler's
 environment variables, what was registered, ``secrets`` given here) or a URL's password is not
 run. Secrets reach a command through its environment (``env``) or stdin (``input``); the
 output is scrubbed of them. The reconciler's own secrets (``redact.SECRET_ENV``) are not
-passed on.
+passed on. Output whose middle was dropped is scrubbed half by half (``redact.scrub_parts``):
+a secret that a cut goes through shows nothing of itself on either side (what may be part of
+one at a cut is masked, and a character of several bytes cut in two is left out).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import logging
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from reconciler.redact import MASK, SECRET_ENV, holds_secret, register, scrub
+from reconciler.redact import SECRET_ENV, holds_secret, register, scrub, scrub_parts
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,8 @@ class ProcessResult:
     timed_out: bool = False
     dropped: int = 0
     """Bytes of stdout left out (the middle of it)."""
+    parts: tuple[bytes, bytes] | None = None
+    """The beginning and the end kept of stdout when its middle was left out."""
 
 
 class _Output:
@@ -140,8 +146,30 @@ class _Output:
 
     def data(self) -> bytes:
         if self.dropped:
-            return bytes(self.head) + b"\n[... %d bytes left out ...]\n" % self.dropped + self.tail
+            return bytes(self.head) + _left_out(self.dropped).encode() + self.tail
         return bytes(self.head + self.tail)
+
+    def parts(self) -> tuple[bytes, bytes] | None:
+        return (bytes(self.head), bytes(self.tail)) if self.dropped else None
+
+
+def _left_out(dropped: int) -> str:
+    return f"\n[... {dropped} bytes left out ...]\n"
+
+
+def _text(done: ProcessResult, secrets: Sequence[str]) -> str:
+    """stdout as text, scrubbed; when its middle was left out, each half apart, so that a
+    secret the cut goes through shows nothing of itself (a character cut in two is left out
+    of either half)."""
+    if done.parts is None:
+        return scrub(done.stdout.decode("utf-8", "replace"), secrets)
+    head, tail = done.parts
+    first = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
+    skip = 0
+    while skip < min(3, len(tail)) and 0x80 <= tail[skip] < 0xC0:  # continuation bytes
+        skip += 1
+    first, last = scrub_parts(first, tail[skip:].decode("utf-8", "replace"), secrets)
+    return first + _left_out(done.dropped) + last
 
 
 def _environment(
@@ -167,12 +195,6 @@ def _secret_on_argv(argv: Sequence[str], secrets: Sequence[str]) -> int | None:
     return None
 
 
-def _scrubbed(text: str, secrets: Sequence[str]) -> str:
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return scrub(text)
-
-
 def run_command(
     argv: Sequence[str],
     *,
@@ -196,7 +218,7 @@ def run_command(
     register(*secrets)
     where = _secret_on_argv(args, secrets)
     if where is not None:
-        shown = tuple(_scrubbed(a, secrets) for a in args)
+        shown = tuple(scrub(a, secrets) for a in args)
         return CommandResult(
             shown,
             None,
@@ -222,7 +244,7 @@ def run_command(
     return CommandResult(
         args,
         done.returncode,
-        _scrubbed(done.stdout.decode("utf-8", "replace"), secrets),
+        _text(done, secrets),
         done.seconds,
         timed_out=done.timed_out,
         dropped=done.dropped,
@@ -262,6 +284,7 @@ def run_process(
         time.monotonic() - started,
         timed_out=not exited,
         dropped=out.dropped,
+        parts=out.parts(),
     )
 
 
