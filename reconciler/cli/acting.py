@@ -300,6 +300,13 @@ class ActingPath:
         )
         pool = ConnectionPool({h.name: h.uri for h in desired.cluster.spec.hosts}, settings)
         cluster = desired.cluster.metadata.name
+        from reconciler.engine.sources import RepoSource
+
+        if isinstance(self.source, RepoSource) and self.source.queue is None:
+            from reconciler.adapters.files.record_queue import FileRecordQueue
+
+            # kept across restarts: audit records not written yet, written by a later round
+            self.source.queue = FileRecordQueue(cluster, self.state_dir)
         # kept across restarts: volumes a failed disk move left on a host that did not answer
         leftovers = Leftovers(self.state_dir / cluster / "leftover-volumes.json")
         observer = load.observer(

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from reconciler.model.acting import Loaded, Record, Recorded
+from reconciler.model.acting import Loaded, QueuedRecord, Record, Recorded
 from reconciler.model.migration import MigrationProgress, MigrationResult
 
 if TYPE_CHECKING:  # only named in signatures: a command imports the models it uses itself
@@ -237,6 +237,31 @@ class DesiredSource(Protocol):
 
     def describe(self) -> str:
         """Where it is, for messages (credentials removed)."""
+        ...
+
+
+class RecordQueue(Protocol):
+    """A cluster's records not yet written to the state repository, kept across restarts."""
+
+    def load(self) -> list[QueuedRecord]:
+        """The queued records, oldest first; [] when none."""
+        ...
+
+    def save(self, records: list[QueuedRecord]) -> None:
+        """Replace the queue with ``records``, atomically; ReconcilerError when it cannot."""
+        ...
+
+    def describe(self) -> str:
+        """Where it is kept, for messages."""
+        ...
+
+
+@runtime_checkable
+class QueuedRecords(Protocol):
+    """A source that may hold records of earlier rounds still to be written."""
+
+    def queued(self) -> bool:
+        """Records are waiting: a round that holds the cluster writes them."""
         ...
 
 

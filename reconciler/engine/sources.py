@@ -8,7 +8,9 @@ it; the commands that act also record through it.
 placement.yaml, three-way against the text the round read (kept as text at ``load``, parsed
 only when a record is written: a look never pays for the YAML editor).
 
-``RepoSource``: a git repository, read at the branch head, recorded as audit commits.
+``RepoSource``: a git repository, read at the branch head, recorded as audit commits; a
+record that cannot be written stays queued in the state directory (``queue``) and is written
+by a later round (``engine.audit_queue``).
 
 ``load`` fetches, checks out the head of the branch (a tree of its own per commit, read only)
 and reads the cluster folder; the commit is the revision. ``record`` writes the round's audit
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from reconciler.errors import ConfigError
-from reconciler.model.acting import Loaded, Record, Recorded
+from reconciler.errors import ConfigError, ReconcilerError
+from reconciler.model.acting import Loaded, QueuedRecord, Record, Recorded
 from reconciler.model.desired import DesiredState
 from reconciler.model.status import status_json
 
 if TYPE_CHECKING:  # the ports of everything else a look never needs
-    from reconciler.engine.ports import StateRepo, TextFile
+    from reconciler.engine.audit import AuditCommit
+    from reconciler.engine.ports import RecordQueue, StateRepo, TextFile
 
 
 class FolderSource:
@@ -117,6 +120,9 @@ class RepoSource:
         self.display = display
         self.checkout: Checkout | None = None
         """What the last ``load`` read; None before it."""
+        self.queue: RecordQueue | None = None
+        """Where records wait that could not be written yet (the state directory's); None:
+        a record that cannot be written is an error and nothing more."""
 
     def describe(self) -> str:
         return f"{self.display} ({self.branch}, {self.folder})"
@@ -147,15 +153,34 @@ class RepoSource:
         loaded = Loaded(desired=desired, revision=commit, merge=merge, placement_changed_at=changed)
         return loaded, self.checkout
 
-    def record(self, record: Record) -> Recorded:
-        from reconciler.engine.audit import record_batch  # the YAML editor: only to record
+    def queued(self) -> bool:
+        """Records of earlier rounds wait in the queue (``engine.audit_queue``)."""
+        return self.queue is not None and bool(self.queue.load())
 
-        if not record.results and not record.placement:
+    def record(self, record: Record) -> Recorded:
+        from reconciler.engine.audit_queue import write_in_order  # the YAML editor: to record
+
+        if self.queue is None and not record.results and not record.placement:
             return Recorded()
+        audit = write_in_order(
+            record, queue=self.queue, write=self._write, on_branch=self._on_branch
+        )
+        if audit is None:
+            return Recorded()
+        conflicts = [
+            f"{vm}: placement.yaml was changed to {host!r} by a person meanwhile; kept as written"
+            for vm, host in sorted(audit.conflicts.items())
+        ]
+        return Recorded(where=audit.commit, written=audit.written, conflicts=conflicts)
+
+    def _write(self, record: Record, record_id: str) -> AuditCommit:
+        """One record as one audit commit on the recording branch."""
+        from reconciler.engine.audit import record_batch
+
         source = record.revision or (self.checkout.commit if self.checkout else None)
         if source is None:
             raise ConfigError("nothing was loaded from the state repository to record against")
-        audit = record_batch(
+        return record_batch(
             self.repo,
             branch=self.audit_branch,
             cluster=record.cluster,
@@ -169,9 +194,21 @@ class RepoSource:
             trigger=record.trigger,
             actor=self.actor,
             files={f"{self.folder}/{path}": text for path, text in record.files.items()},
+            record_id=record_id,
         )
-        conflicts = [
-            f"{vm}: placement.yaml was changed to {host!r} by a person meanwhile; kept as written"
-            for vm, host in sorted(audit.conflicts.items())
-        ]
-        return Recorded(where=audit.commit, written=audit.written, conflicts=conflicts)
+
+    def _on_branch(self, queued: QueuedRecord) -> bool:
+        """Whether the recording branch has a commit of ``queued`` since the revision it was
+        made against (a push that landed before the queue was updated)."""
+        from reconciler.engine.audit import RECORD_TRAILER
+
+        base = queued.record.revision
+        self.repo.fetch()
+        head = self.repo.head(self.audit_branch)
+        if base is None or head is None:
+            return False
+        try:
+            since = self.repo.commits(f"{base}..{head}")
+        except ReconcilerError:  # the base is not in the clone: write it (twice beats never)
+            return False
+        return any(c.trailer(RECORD_TRAILER) == queued.id for c in since)

@@ -60,3 +60,19 @@ class Recorded(Frozen):
         default_factory=list,
         description="Entries a person changed meanwhile, kept as written: one line each.",
     )
+
+
+class QueuedRecord(Frozen):
+    """A round's record waiting to be written to the state repository."""
+
+    id: str = Field(
+        description="Names the record on every attempt (trailer Reconciler-Record), so one "
+        "that reached the branch before its queue entry was removed is not written twice."
+    )
+    record: Record
+
+
+class PendingRecords(Frozen):
+    """The records of one cluster not written yet, oldest first (``pending-records.json``)."""
+
+    records: list[QueuedRecord] = Field(default_factory=list)
