@@ -10,8 +10,12 @@ from collections.abc import Iterator
 from typing import Final
 
 from reconciler.config.findings import Finding, Severity, finding_at
-from reconciler.config.selectors import hosts_matching, is_glob, literal_members
-from reconciler.config.semantic import Sources, _unknown_host_hint
+from reconciler.config.selectors import (
+    hosts_matching,
+    is_glob,
+    literal_members,
+    unknown_host_hint,
+)
 from reconciler.config.yaml_source import DocPath, Document
 from reconciler.core.rollout_hosts import rollout_hosts
 from reconciler.core.rollout_steps import host_steps
@@ -183,7 +187,7 @@ def _host_findings(desired: DesiredState, doc: Document, rollout: Rollout) -> li
         if hosts_matching(Selector(names=[name]), hosts):
             continue
         message = f"no host matches {name!r}" if is_glob(name) else f"host {name!r} does not exist"
-        out.append(_at(doc, (*names_path, j), message, _unknown_host_hint(name, hosts)))
+        out.append(_at(doc, (*names_path, j), message, unknown_host_hint(name, hosts)))
     if out:
         return out
     picked = rollout_hosts(rollout, desired.cluster)
@@ -286,10 +290,11 @@ def _idle_warning(doc: Document, rollout: Rollout) -> list[Finding]:
     ]
 
 
-def rollout_findings(desired: DesiredState, src: Sources) -> list[Finding]:
-    """Every problem of the cluster's rollouts."""
+def rollout_findings(desired: DesiredState, docs: tuple[Document, ...]) -> list[Finding]:
+    """Every problem of the cluster's rollouts; ``docs``: the document of each rollout, in the
+    order of ``desired.rollouts``."""
     out: list[Finding] = []
-    for rollout, doc in zip(desired.rollouts, src.rollouts, strict=True):
+    for rollout, doc in zip(desired.rollouts, docs, strict=True):
         out += _host_findings(desired, doc, rollout)
         for path, command, per_host in _commands(rollout):
             out += _command_findings(doc, path, command, per_host)

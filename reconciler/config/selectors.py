@@ -99,6 +99,19 @@ def literal_members(selector: Selector) -> set[str] | None:
     return set(selector.names)
 
 
+def unknown_host_hint(name: str, hosts: Sequence[Host]) -> str:
+    """The hint of a host name (or glob) that picks no host of the Cluster: the closest name,
+    and every name there is."""
+    names = [h.name for h in hosts]
+    import difflib  # only for the hint of a bad name: off every valid run's path
+
+    close = difflib.get_close_matches(name, names, n=1)
+    listed = ", ".join(names)
+    if close:
+        return f"did you mean {close[0]!r}? the Cluster has {listed}"
+    return f"use a host of the Cluster: {listed}"
+
+
 def covers(outer: Selector, inner: Selector) -> bool:
     """True when every VM ``inner`` can pick is surely picked by ``outer``."""
     if outer == inner:

@@ -18,6 +18,7 @@ from reconciler.config.selectors import (
     known_members,
     known_vm_names,
     literal_members,
+    unknown_host_hint,
 )
 from reconciler.config.yaml_source import DocPath, Document
 from reconciler.core.semantics import is_required, topology_domain
@@ -51,17 +52,6 @@ class Sources:
 
 def _rule_path(i: int, *rest: str | int) -> DocPath:
     return ("spec", "rules", i, *rest)
-
-
-def _unknown_host_hint(name: str, hosts: list[Host]) -> str:
-    names = [h.name for h in hosts]
-    import difflib  # only for the hint of a bad name: off every valid run's path
-
-    close = difflib.get_close_matches(name, names, n=1)
-    listed = ", ".join(names)
-    if close:
-        return f"did you mean {close[0]!r}? the Cluster has {listed}"
-    return f"use a host of the Cluster: {listed}"
 
 
 def _labels_text(labels: dict[str, str]) -> str:
@@ -181,7 +171,7 @@ def host_selector_findings(desired: DesiredState, src: Sources) -> list[Finding]
                     _rule_path(i, "hosts", "names", j),
                     Severity.ERROR,
                     message,
-                    _unknown_host_hint(name, hosts),
+                    unknown_host_hint(name, hosts),
                 )
             )
         leaves_none = isinstance(rule, HostAffinityRule) and is_required(rule)
@@ -506,7 +496,7 @@ def placement_findings(desired: DesiredState, src: Sources) -> list[Finding]:
                     path,
                     Severity.ERROR,
                     f"host {host_name!r} does not exist",
-                    _unknown_host_hint(host_name, desired.cluster.spec.hosts),
+                    unknown_host_hint(host_name, desired.cluster.spec.hosts),
                 )
             )
             continue
@@ -596,5 +586,5 @@ def semantic_findings(desired: DesiredState, src: Sources) -> list[Finding]:
     if desired.rollouts:  # the rollout steps' modules: only for a cluster that has rollouts
         from reconciler.config.rollout_checks import rollout_findings
 
-        found += rollout_findings(desired, src)
+        found += rollout_findings(desired, src.rollouts)
     return found
