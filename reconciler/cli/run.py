@@ -201,6 +201,8 @@ class Instance:
         self.last = None
         with self.path.ports(desired, hold=self.keeper) as ports:
             ports.recovery = self.recover
+            if ports.rollouts is not None:  # a rollout reads it again before each step
+                ports.rollouts.desired = self.desired_now
             report = self.path.round(
                 loaded,
                 ports,
@@ -220,6 +222,22 @@ class Instance:
         self.last = report
         self.recorder.after_round(report.snapshot, desired.policy, self.clock.now())
         return report.status
+
+    def desired_now(self) -> DesiredState:
+        """The desired state as its source holds it now (a repository fetched, its branch
+        head read), leaving what the round read as it is: its record, its proposal and the
+        loop go on with that. A rollout reads it before each step begins."""
+        from reconciler.engine.sources import FolderSource
+        from reconciler.errors import ConfigError
+
+        if isinstance(self.source, FolderSource):
+            return self.source.read(self.source.folder)
+        repo = self.source
+        repo.repo.fetch()
+        commit = repo.repo.head(repo.branch)
+        if commit is None:
+            raise ConfigError(f"{repo.describe()}: the branch is gone", hint="push the branch back")
+        return repo.read(repo.repo.checkout(commit) / repo.folder)
 
     def window(self, desired: DesiredState) -> Gate:
         """Asked before each migration starts: the policy's apply window still open."""

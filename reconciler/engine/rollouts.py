@@ -8,6 +8,9 @@ decides, through the rollout ports, and asks again, until nothing more can be do
 - before a command or reboot runs on a host, the host is looked at again: a VM running there
   (started since the round's observation) holds the command back;
 - no step begins once the hold on the cluster is no longer valid, or a stop was asked;
+- before a step begins, the desired state is read again (``RolloutPorts.desired``): a pause,
+  a host removed, a command added, merged while the previous step ran, counts from the next
+  step on; a desired state that cannot be read then begins nothing more this round;
 - evacuations are not done here: the hosts a rollout holds out are drained by the round's own
   plan (``RolloutRound.out``), and balance keeps off ``RolloutRound.keep_out``.
 """
@@ -61,6 +64,9 @@ class RolloutPorts:
     hosts: HostControl
     observer: Observer
     clock: Clock
+    desired: Callable[[], DesiredState] | None = None
+    """The desired state as its source holds it now (ReconcilerError: it cannot be read
+    now); None: the round's desired state is the latest (a test's, built in code)."""
 
 
 @dataclass
@@ -166,6 +172,23 @@ class _Carrier:
             f": {detail}" if detail else "",
         )
 
+    def read_again(self) -> bool:
+        """The desired state read again before a step begins; True when it changed (the
+        decisions must be made again). ReconcilerError when it cannot be read."""
+        if self.ports.desired is None:
+            return False
+        fresh = self.ports.desired()
+        if fresh == self.desired:
+            return False
+        log.info("rollouts: the desired state changed during the round; deciding again")
+        self.desired = fresh
+        self.uris = {h.name: h.uri for h in fresh.cluster.spec.hosts}
+        for rollout in fresh.rollouts:
+            name = rollout.metadata.name
+            if name not in self.progress:
+                self.progress[name] = self.ports.records.load(name)
+        return True
+
     def decide(self) -> list[Decision]:
         records = {name: p.records for name, p in self.progress.items()}
         return next_actions_all(self.desired, self.snapshot, records, now=self.ports.clock.now())
@@ -180,19 +203,34 @@ class _Carrier:
             self.progress[name] = self.ports.records.load(name)
         decisions = self.decide()
         for _ in range(MAX_STEPS):
-            acted = False
-            for decision in decisions:
-                for action in decision.actions:
-                    why = "a stop was asked" if stop.is_set() else self.may_act()
-                    if why is not None:
-                        log.warning("rollout %s: not going on: %s", decision.rollout, why)
-                        self.out.decisions = decisions
-                        return
-                    acted |= self.carry_out(decision.rollout, action)
+            acted = self.carry_out_all(decisions, stop)
+            if acted is None:
+                return
             if not acted:
                 break
             decisions = self.decide()
         self.out.decisions = decisions
+
+    def carry_out_all(self, decisions: list[Decision], stop: threading.Event) -> bool | None:
+        """The actions of ``decisions``, in order. True when one recorded something, or when
+        the desired state read before a step changed (the rest is decided again on it); False
+        when nothing was done; None when the carrying out ends here (no step may begin)."""
+        acted = False
+        for decision in decisions:
+            for action in decision.actions:
+                why = "a stop was asked" if stop.is_set() else self.may_act()
+                if why is None and begins(action):
+                    try:
+                        if self.read_again():
+                            return True  # decided again on what is there now
+                    except ReconcilerError as err:
+                        why = f"the desired state could not be read again: {err}"
+                if why is not None:
+                    log.warning("rollout %s: not going on: %s", decision.rollout, why)
+                    self.out.decisions = decisions
+                    return None
+                acted |= self.carry_out(decision.rollout, action)
+        return acted
 
     def carry_out(self, rollout: str, action: Action) -> bool:
         """Do one action; True when it recorded something (so the next decision differs)."""
@@ -314,6 +352,15 @@ class _Carrier:
         return recorded
 
 
+def begins(action: Action) -> bool:
+    """Whether ``action`` begins a step (rather than ending one, or looking again)."""
+    if isinstance(action, BeginDrain | RunCommand | ShutDown | StartVms):
+        return True
+    if isinstance(action, CheckReady):
+        return action.begin
+    return isinstance(action, Record) and action.outcome is StepOutcome.STARTED
+
+
 def look(
     desired: DesiredState, snapshot: Snapshot, records: RolloutRecords, now: datetime
 ) -> RolloutRound:
@@ -348,8 +395,8 @@ def carry_out(
     except ReconcilerError as err:
         log.error("rollouts: %s", err)
         carrier.out.error = err
-        if len(carrier.progress) == len(desired.rollouts):  # every record read: what holds
-            carrier.out.decisions = carrier.decide()
+        if all(r.metadata.name in carrier.progress for r in carrier.desired.rollouts):
+            carrier.out.decisions = carrier.decide()  # every record read: what holds
     carrier.out.snapshot = carrier.snapshot
     return carrier.out
 

@@ -7,12 +7,14 @@ hold lost, a VM started on a drained host, a host that does not come back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from reconciler.core.rollout import Phase
 from reconciler.engine.rollouts import RolloutPorts, RolloutRound, carry_out
 from reconciler.engine.round import RoundOptions, RoundPorts, run_round
+from reconciler.errors import ConfigError
 from reconciler.model.base import API_VERSION
 from reconciler.model.desired import DesiredState
 from reconciler.model.rollout import Rollout
@@ -56,6 +58,8 @@ class World:
         self.store = MemoryStatusStore()
         self.max_out = 0
         self.commands.on_run = self.reboot
+        self.current: Callable[[], DesiredState] | None = None
+        """The desired state as its source holds it now, read before each step begins."""
 
     def reboot(self, host: str | None, step: str) -> None:
         if step == "reboot" and host is not None:
@@ -68,6 +72,7 @@ class World:
             hosts=self.hosts,
             observer=self.fake,
             clock=self.fake.clock,
+            desired=self.current,
         )
 
     def round(self, **kw: Any) -> RolloutRound:
@@ -263,3 +268,49 @@ def test_every_step_is_recorded_when_it_begins_then_when_it_ends() -> None:
         assert outcomes[0] is StepOutcome.STARTED, (where, outcomes)
         assert outcomes[-1] is StepOutcome.SUCCEEDED, (where, outcomes)
         assert StepOutcome.STARTED not in outcomes[1:], (where, outcomes)
+
+
+def test_an_edit_merged_while_a_command_runs_counts_from_the_next_step() -> None:
+    world = World(rollout())
+    merged: list[DesiredState] = []
+
+    def pause_during_the_first_command(host: str | None, step: str) -> None:
+        world.reboot(host, step)
+        if not merged:  # a person merges spec.paused: true while h0's upgrade runs
+            paused = rollout(paused=True)
+            merged.append(world.desired.model_copy(update={"rollouts": [paused]}))
+
+    world.commands.on_run = pause_during_the_first_command
+    world.current = lambda: merged[-1] if merged else world.desired
+    world.round()  # h0 taken out and emptied by the round
+    done = world.round()
+    assert [(r.host, r.step) for r in world.commands.ran] == [("h0", "command/upgrade")]
+    assert done.decisions[0].phase is Phase.PAUSED
+    assert done.out == ("h0",)  # out, and held out while paused
+    steps = [(r.host, r.step, r.outcome.value) for r in world.records.load("r").records]
+    assert steps[-1] == ("h0", "command/upgrade", "succeeded")  # the reboot never began
+
+
+def test_a_desired_state_that_cannot_be_read_again_begins_no_step() -> None:
+    world = World(rollout())
+    broken: list[str] = []
+
+    def read() -> DesiredState:
+        if broken:
+            raise ConfigError("rollouts/r.yaml:3:1: error: spec: invalid", hint="fix it")
+        return world.desired
+
+    def break_during_the_first_command(host: str | None, step: str) -> None:
+        world.reboot(host, step)
+        broken.append(step)
+
+    world.commands.on_run = break_during_the_first_command
+    world.current = read
+    world.round()  # h0 taken out and emptied by the round
+    done = world.round()
+    assert done.error is None
+    assert [(r.host, r.step) for r in world.commands.ran] == [("h0", "command/upgrade")]
+    steps = [(r.host, r.step, r.outcome.value) for r in world.records.load("r").records]
+    # the command's outcome is recorded (it ends a step); nothing begins after it
+    assert steps[-1] == ("h0", "command/upgrade", "succeeded")
+    assert done.out == ("h0",)
