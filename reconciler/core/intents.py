@@ -26,7 +26,10 @@ Records dated after ``limit`` (a clock gone wrong) are dropped rather than trust
 A move whose outcome reached the domain but whose record never reached the desired state (the
 reconciler was killed before its audit commit, or the commit failed) leaves placement.yaml
 naming the VM's old host. ``unrecorded_moves`` finds them, so the round records them late
-instead of reverting its own move as drift, naming who made the move.
+instead of reverting its own move as drift, naming who made the move. An intent resolved as
+a move (the reconciler killed between the end of the migration and its records) is recorded
+too when placement already names the VM's new host (``resolved_moves``): the round is in sync
+then, and nothing else would write that record.
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ class Resolution:
     summary: str
     discard_on: str | None = None
     """A host whose shut-off copy of the VM is to be removed before the record is written."""
+    moved: MoveResult | None = None
+    """The move the intent resolved into, when it happened: its audit record was never
+    written (``resolved_moves``)."""
 
 
 def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapshot, list[str]]:
@@ -188,6 +194,7 @@ def resolved(
         if intent is None:
             continue
         old = vm.reconciler
+        moved: MoveResult | None = None
         if vm.host == intent.target:
             state = backoff.recorded(
                 old.model_copy(update={"intent": None}),
@@ -199,6 +206,7 @@ def resolved(
                 actor=intent.actor,
             )
             summary = f"it runs on {intent.target}: moved from {intent.source}"
+            moved = _moved(vm.name, intent)
         elif vm.host == intent.source:
             failure = FailedMove(
                 at=intent.started_at,
@@ -213,7 +221,7 @@ def resolved(
         else:
             state = old.model_copy(update={"intent": None})
             summary = f"it runs on {vm.host}, moved by someone else"
-        out.append(Resolution(vm.name, vm.uuid, vm.host, state, summary))
+        out.append(Resolution(vm.name, vm.uuid, vm.host, state, summary, moved=moved))
         replaced[(vm.name, vm.host)] = vm.model_copy(update={"reconciler": state})
     if not replaced:
         return snapshot, []
@@ -409,7 +417,13 @@ def _settled_live_move(seen: list[VmState], now: datetime) -> Resolution | None:
         f"moved, the leftover definition removed"
     )
     return Resolution(
-        target.name, target.uuid, target.host, state, summary, discard_on=intent.source
+        target.name,
+        target.uuid,
+        target.host,
+        state,
+        summary,
+        discard_on=intent.source,
+        moved=_moved(target.name, intent),
     )
 
 
@@ -535,6 +549,41 @@ def unrecorded_moves(
             )
         )
     return sorted(out, key=lambda m: m.vm)
+
+
+def _moved(vm: str, intent: MoveIntent) -> MoveResult:
+    """The record of the move ``intent`` announced, found done from where its VM runs."""
+    by = f"moved by {intent.actor} " if intent.actor else "moved "
+    return MoveResult(
+        vm=vm,
+        source=intent.source,
+        target=intent.target,
+        outcome=MoveOutcome.SUCCEEDED,
+        reason="RecordedLate",
+        detail=f"{by}from {intent.started_at.isoformat(timespec='seconds')}"
+        + (f" ({intent.reason})" if intent.reason else "")
+        + "; its end and its record were not written then",
+        started_at=intent.started_at,
+    )
+
+
+def resolved_moves(
+    placement: Mapping[str, str], late: list[MoveResult], resolutions: list[Resolution]
+) -> list[MoveResult]:
+    """``late`` and the moves intents resolved into whose VMs placement already puts where
+    they went (a drift reverted, say): nothing else would record them, the round is in sync.
+    A resolved move that placement does not follow is in ``late`` when placement still names
+    where it came from; placed elsewhere by a person since, it is theirs to undo and the
+    round's move back says where the VM was."""
+    found = {r.vm for r in late}
+    more = [
+        r.moved
+        for r in resolutions
+        if r.moved is not None
+        and r.moved.vm not in found
+        and placement.get(r.moved.vm) == r.moved.target
+    ]
+    return sorted([*late, *more], key=lambda m: m.vm)
 
 
 def following(desired: DesiredState, moves: list[MoveResult]) -> DesiredState:

@@ -70,6 +70,7 @@ def observed_facts(
     if found:
         snapshot = duplicates.held(snapshot, found)
     late = intents.unrecorded_moves(desired.placement.spec.vms, snapshot, placement_changed_at)
+    late = intents.resolved_moves(desired.placement.spec.vms, late, resolutions)
     if late:
         desired = intents.following(desired, late)
     down = [h for h in observed.hosts if not h.reachable]

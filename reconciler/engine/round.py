@@ -392,8 +392,8 @@ def _tell(facts: decide.ObservedFacts) -> None:
         )
     for r in facts.late:
         log.warning(
-            "%s was moved %s -> %s by the reconciler (%s) but placement.yaml was not "
-            "updated: recording it, not moving it back",
+            "%s was moved %s -> %s by the reconciler (%s) but its record was not written: "
+            "recording it now, not moving it back",
             r.vm,
             r.source,
             r.target,
