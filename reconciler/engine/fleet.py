@@ -7,8 +7,8 @@ repository's cluster folders (``discover``) and the live instances of its group
 cluster's own loop, lease and connection pool, run in a thread of its own); a folder that is
 no longer assigned, or no longer in the repository, has its worker stopped: no new move starts,
 the round in flight settles, and only then is the cluster's lease released, so the instance
-now assigned can take it. The assignment decides who tries a cluster; the cluster's lease
-decides who acts.
+now assigned can take it; until then the report lists it as leaving, and as held while it is.
+The assignment decides who tries a cluster; the cluster's lease decides who acts.
 
 A folder whose worker cannot be built (its desired state invalid at the start: the cluster's
 name is needed for its lease) is reported as invalid and tried again at the next look; the
@@ -214,16 +214,28 @@ class Fleet:
             return {f: r.worker for f, r in self._running.items() if r.worker is not None}
 
     def report(self) -> dict[str, object]:
-        """/status: this instance, its group, the folders assigned to it and what each does."""
-        workers = self.workers()
-        clusters = {folder: w.report() for folder, w in workers.items()}
+        """/status: this instance, its group, the folders assigned to it and what each does.
+
+        A folder let go whose round in flight is still settling keeps its lease until then:
+        it is listed (``leaving``), and in ``held`` while its lease is, so ``held`` is every
+        cluster whose lease this instance holds."""
+        with self._lock:
+            serving = {f: r.worker for f, r in self._running.items() if r.worker is not None}
+            leaving = {
+                r.folder: r.worker
+                for r in self._leaving
+                if r.worker is not None and r.thread.is_alive()
+            }
+        clusters = {folder: w.report() for folder, w in serving.items()}
+        for folder, worker in leaving.items():
+            clusters.setdefault(folder, {**worker.report(), "leaving": True})
         return {
             "instance": self.me,
             "members": sorted(self.members),
             "folders": list(self.folders),
             "assigned": sorted(self.assigned),
             "held": sorted(f for f, r in clusters.items() if r.get("held")),
-            "clusters": clusters,
+            "clusters": dict(sorted(clusters.items())),
             "invalid": dict(sorted(self.invalid.items())),
             "problem": self.problem,
         }

@@ -219,3 +219,99 @@ def test_three_instances_share_the_clusters_and_survive_a_death_and_an_etcd_paus
     finally:
         for m in members:
             m.close()
+
+
+GATED = (
+    "import pathlib, sys, time\n"
+    "marks, cluster, gate = sys.argv[1:4]\n"
+    "with open(marks, 'a') as out:\n"
+    "    out.write(cluster + ' start\\n')\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not pathlib.Path(gate).exists() and time.monotonic() < deadline:\n"
+    "    time.sleep(0.1)\n"
+)
+"""A rollout command that waits until the test opens its gate: a round in flight for as long
+as the test needs one."""
+
+
+def gated_fleet(tmp_path: Path, clusters: int) -> tuple[list[str], Path, Path]:
+    """``clusters`` clusters of two empty test-driver hosts, mode apply, each with a rollout
+    whose command waits for the gate; (their names, the marks file, the gate file)."""
+    fleet, marks, gate = tmp_path / "fleet", tmp_path / "marks", tmp_path / "gate"
+    names = write_fleet(fleet, tmp_path / "nodes", clusters, hosts=2, vms_per_host=0)
+    for name in names:
+        (fleet / name / "policy.yaml").write_text(
+            "apiVersion: placement/v1alpha1\nkind: BalancePolicy\nmetadata: {name: p}\n"
+            "spec: {mode: apply, interval: 1h, threshold: 100, basis: allocated}\n"
+        )
+        argv = [sys.executable, "-c", GATED, str(marks), name, str(gate)]
+        (fleet / name / "rollouts").mkdir()
+        (fleet / name / "rollouts" / "hold.yaml").write_text(
+            "apiVersion: placement/v1alpha1\nkind: Rollout\nmetadata: {name: hold}\nspec:\n"
+            "  hosts: [node-000, node-001]\n"
+            "  eachHost:\n"
+            f"    commands: [{{name: wait, argv: {json.dumps(argv)}, timeout: 90s, "
+            "safeToRepeat: true}]\n"
+        )
+    return names, marks, gate
+
+
+def test_status_lists_a_cluster_held_while_its_round_in_flight_settles(
+    tmp_path: Path, etcd: Etcd
+) -> None:
+    """A cluster that moves to a new instance stays in the old one's ``held`` for as long as
+    etcd says the old one holds it: until its round in flight has settled and the lease is
+    released."""
+    pytest.importorskip("libvirt")
+    names, marks, gate = gated_fleet(tmp_path, 4)
+    url, _ = state_remote(tmp_path, tmp_path / "fleet")
+    a = Member("a", url, etcd.url, tmp_path)
+    members = [a]
+    try:
+        # a alone: every cluster's round in flight, waiting in its rollout's command
+        wait_for(lambda: a.held() == set(names), timeout=60)
+        wait_for(
+            lambda: marks.exists() and len(marks.read_text().splitlines()) == len(names),
+            timeout=60,
+        )
+        b = Member("b", url, etcd.url, tmp_path)
+        members.append(b)
+
+        def assigned(m: Member) -> set[str]:
+            got = m.status()
+            value = got.get("assigned") if got else None
+            return set(value) if isinstance(value, list) else set(names)
+
+        wait_for(lambda: assigned(a) != set(names), timeout=60)
+        moved = set(names) - assigned(a)
+        assert moved, "the ring gave b none of the clusters"
+        # while a's rounds wait: etcd says a holds every cluster, and a's /status says so
+        looks = 0
+        until = time.monotonic() + 3
+        while time.monotonic() < until:
+            before = holders(etcd)
+            held = a.held()
+            after = holders(etcd)
+            for c in names:
+                if before.get(c) == after.get(c) == "a":
+                    assert c in held, f"{c} held by a in etcd, not in a's /status: {held}"
+                if c in held:
+                    assert before.get(c) in ("a", None), c
+                    assert after.get(c) in ("a", None), c
+            assert not (b.held() & moved)
+            looks += 1
+            time.sleep(0.1)
+        assert looks > 5
+        # the gate opens: a's rounds settle, a lets the moved clusters go, b takes them
+        gate.touch()
+        wait_for(lambda: b.held() == moved and a.held() == set(names) - moved, timeout=60)
+        in_etcd = holders(etcd)
+        assert {c: in_etcd.get(c) for c in moved} == dict.fromkeys(moved, "b")
+        for m in members:
+            m.proc.send_signal(signal.SIGTERM)
+        for m in members:
+            assert m.proc.wait(30) == 0
+    finally:
+        gate.touch()
+        for m in members:
+            m.close()
