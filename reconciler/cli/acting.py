@@ -20,11 +20,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from reconciler.adapters.clock import SystemClock
 from reconciler.cli import load
 from reconciler.cli.common import status_store
 from reconciler.cli.desired import open_source
@@ -60,11 +61,6 @@ def lease_timing(duration: float | None) -> tuple[float, float]:
     if duration is None:
         return RETRY_PERIOD, RENEW_DEADLINE
     return max(0.2, duration * RETRY_PERIOD / 15), duration * RENEW_DEADLINE / 15
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 def lock_timeout(text: str) -> float:

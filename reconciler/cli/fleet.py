@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from reconciler.cli import acting, requests
 from reconciler.cli.common import EXIT_OK, cluster_folder, positive_float
+from reconciler.cli.instance import Instance, RunRequest
 from reconciler.cli.signals import Signals
 
 if TYPE_CHECKING:
     from reconciler.adapters.git.repo import GitStateRepo
-    from reconciler.cli.run import Instance, RunRequest
     from reconciler.engine.fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -187,8 +187,6 @@ class FleetInstance:
 
     def make(self, folder: str) -> ClusterWorker:
         """The worker of one cluster folder: the single-cluster ``Instance`` on it."""
-        from reconciler.cli.run import Instance
-
         run = self.asked
         source = run.acting.source
         one: requests.SourceRequest

@@ -93,8 +93,8 @@ class Sampling:
         desired: Callable[[], DesiredState],
         overrides: Callable[[], dict[str, object]],
     ) -> None:
+        from reconciler.adapters.clock import SystemClock
         from reconciler.adapters.files.load_samples import FileLoadSamples
-        from reconciler.cli.acting import SystemClock
         from reconciler.engine.sampling import SampleKeeper
 
         self.desired = desired
