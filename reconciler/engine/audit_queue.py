@@ -12,6 +12,9 @@ across restarts, until it is on the branch.
    through every attempt) stops the writing: it and every later one stay queued, in order,
    and the error says so; every later round that holds the cluster tries again first.
 
+A queue that cannot be read or saved (a full or read-only state directory) is logged and
+does not keep the round's record from being written at once, unqueued.
+
 A queued record from before this call may already be on the branch (its push landed, the
 reconciler was killed before it took it out of the queue): its id (trailer
 ``Reconciler-Record``) found on the branch, it is taken out without a second commit. The
@@ -57,11 +60,17 @@ def write_in_order(
     owed = bool(record.results or record.placement)
     if queue is None:
         return write(record, make_id()) if owed else None
-    earlier = queue.load()
+    try:
+        earlier = queue.load()
+    except ReconcilerError as err:
+        log.error("the queue of audit records cannot be read: %s", err)
+        return write(record, make_id()) if owed else None
     fresh = QueuedRecord(id=make_id(), record=record) if owed else None
     waiting = [*earlier, fresh] if fresh is not None else list(earlier)
-    if fresh is not None:
-        queue.save(waiting)  # before the first attempt: kept if the process dies meanwhile
+    if fresh is not None and not _kept_in(queue, waiting):
+        # a queue that cannot be written does not keep the record from being written now;
+        # the records queued before wait, as they are, for a round that can update it
+        return write(record, fresh.id)
     written: set[tuple[str, str, str]] = set()
     mine: AuditCommit | None = None
     while waiting:
@@ -78,13 +87,23 @@ def write_in_order(
         except ReconcilerError as err:
             raise _kept(err, waiting, queue) from err
         waiting.pop(0)
-        queue.save(waiting)
+        _kept_in(queue, waiting)  # on the branch now: a queue that keeps it finds it there
         written |= {
             (r.vm, r.source, r.target)
             for r in item.record.results
             if r.outcome is MoveOutcome.SUCCEEDED
         }
     return mine
+
+
+def _kept_in(queue: RecordQueue, waiting: list[QueuedRecord]) -> bool:
+    """Save the queue; False (logged) when it cannot be."""
+    try:
+        queue.save(waiting)
+    except ReconcilerError as err:
+        log.error("the queue of audit records cannot be kept: %s", err)
+        return False
+    return True
 
 
 def _without_repeats(record: Record, written: set[tuple[str, str, str]]) -> Record | None:

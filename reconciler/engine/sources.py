@@ -155,7 +155,12 @@ class RepoSource:
 
     def queued(self) -> bool:
         """Records of earlier rounds wait in the queue (``engine.audit_queue``)."""
-        return self.queue is not None and bool(self.queue.load())
+        if self.queue is None:
+            return False
+        try:
+            return bool(self.queue.load())
+        except ReconcilerError:  # said when the round's record tries it
+            return False
 
     def record(self, record: Record) -> Recorded:
         from reconciler.engine.audit_queue import write_in_order  # the YAML editor: to record

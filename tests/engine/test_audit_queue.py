@@ -194,3 +194,26 @@ def test_a_later_round_does_not_record_late_what_the_queued_record_says(
     placement_now = git(bare, "show", "main:cluster-state/placement.yaml")
     for vm, host in moved.items():
         assert f"{vm}: {host}" in placement_now
+
+
+def test_a_queue_that_cannot_be_kept_does_not_keep_the_record_from_git(tmp_path: Path) -> None:
+    """The state directory cannot hold the queue (a file where its folder should be): the
+    round's record is written at once all the same."""
+    url, _ = state_remote(tmp_path)
+    bare = Path(url.removeprefix("file://"))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "lab").write_text("not a folder\n")
+    source = started(url, tmp_path)
+    source.queue = FileRecordQueue("lab", tmp_path / "state")
+    loaded = source.load()
+    moved = MoveResult(
+        vm="web-1", source="kvm-01", target="kvm-02", outcome=MoveOutcome.SUCCEEDED,
+        reason="Balance", detail="spread",
+    )  # fmt: skip
+    recorded = source.record(
+        Record(cluster="lab", plan_id="plan-1", revision=loaded.revision, results=[moved],
+               placement={})
+    )  # fmt: skip
+    assert recorded.where is not None
+    plans = git(bare, "log", "main", "--format=%(trailers:key=Reconciler-Plan,valueonly)")
+    assert plans.split() == ["plan-1"]
