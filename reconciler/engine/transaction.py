@@ -17,9 +17,10 @@ branch others write too (the audit records of every cluster of a fleet, the roll
 writers that collided once spread out instead of colliding again), where ``slot`` is the
 larger of 50 ms and the time the attempt took (a slot shorter than one attempt cannot part
 the writers: a slow remote gets longer waits), and ``cap`` is 4 s: on a quick remote at
-most about 26 s of waiting in all, under a contention no fleet's rounds reach. Its random
-source, its clock and its sleep are injectable, so tests decide every delay. Any other error (the remote does not answer, a hook refused the push) is raised at
-once: only a lost race is retried here.
+most about 22 s of waiting in all, under a contention no fleet's rounds reach. Its random
+source, its clock and its sleep are injectable, so tests decide every delay. Any other
+error (the remote does not answer, a hook refused the push) is raised at once: only a lost
+race is retried here.
 """
 
 from __future__ import annotations
