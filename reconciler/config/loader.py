@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
 from reconciler.config.findings import Finding, Severity, errors_in, format_finding, path_text
+from reconciler.config.fleet_checks import shared_name_findings
 from reconciler.config.folders import (
     ROLLOUTS,
     cluster_folders,
@@ -41,6 +44,9 @@ class ClusterReport(Frozen):
     files: int | None = None
     """How many files were checked, when files were given rather than the folder."""
     findings: list[Finding]
+    named: tuple[str, str, int, int] | None = Field(default=None, exclude=True)
+    """The cluster's name as its Cluster declares it, with the file, line and column: checked
+    across the folders validated together (no two may share it)."""
 
     @property
     def valid(self) -> bool:
@@ -340,6 +346,7 @@ def validate_folder(
         rules = len(desired.rules.spec.rules)
     report = ClusterReport(
         folder=folder_text(folder),
+        named=_named(state),
         name=name,
         hosts=hosts or 0,
         rules=rules or 0,
@@ -349,11 +356,21 @@ def validate_folder(
     return report, desired if report.valid else None
 
 
+def _named(state: _Folder) -> tuple[str, str, int, int] | None:
+    cluster = state.models.get("Cluster")
+    if cluster is None or not isinstance(cluster[0], Cluster):
+        return None
+    model, doc = cluster
+    line, column = doc.position(("metadata", "name"))
+    return model.metadata.name, doc.file, line, column
+
+
 def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
     """One report per cluster found under ``paths`` (files and folders).
 
     A folder of cluster folders yields one report per cluster; a file is checked with the rest
     of its folder as context, and only the findings in that file are kept. Paths must exist.
+    Cluster folders validated together must have cluster names of their own.
     """
     reports: list[ClusterReport] = []
     for given in paths:
@@ -367,7 +384,23 @@ def validate_paths(paths: Sequence[Path]) -> list[ClusterReport]:
             reports.extend(validate_folder(folder)[0] for folder in folders)
         else:
             reports.append(_validate_file(path))
-    return reports
+    return _names_of_their_own(reports)
+
+
+def _names_of_their_own(reports: list[ClusterReport]) -> list[ClusterReport]:
+    """``reports`` with an error in each folder whose cluster name another one declares too;
+    a folder given twice is one folder."""
+    named: dict[str, tuple[str, tuple[str, str, int, int]]] = {}
+    for report in reports:
+        if report.files is None and report.named is not None:
+            named.setdefault(str(Path(report.folder).resolve()), (report.folder, report.named))
+    findings = shared_name_findings(dict(named.values()))
+    return [
+        r.model_copy(update={"findings": _sorted([*r.findings, findings[r.folder]])})
+        if r.folder in findings and r.files is None
+        else r
+        for r in reports
+    ]
 
 
 def _is_rollouts_folder(path: Path) -> bool:
