@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reconciler.core import duplicates, intents, planner, rounds
-from reconciler.core.rollout_vms import during_rollouts
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
@@ -144,6 +143,9 @@ def next_actions(
             refusal = f"the rollouts' records could not be read: {rollouts.unreadable}"
         if rollouts.snapshot is not None:
             snapshot = rollouts.snapshot
+        # imported here: a cluster without rollouts never loads the rollout modules
+        from reconciler.core.rollout_vms import during_rollouts
+
         planned = during_rollouts(facts.desired, rollouts.out, rollouts.keep_out)
     plan = planner.plan(planned, snapshot, facts.history, now=now)
     moves = bool(plan.moves)
