@@ -173,8 +173,10 @@ class FleetInstance:
     def _workers(self) -> list[ClusterWorker]:
         return [w for w in self.fleet.workers().values() if isinstance(w, ClusterWorker)]
 
-    def discover(self) -> list[str]:
-        """The cluster folders now (a repository fetched first)."""
+    def discover(self) -> dict[str, str | None]:
+        """The cluster folders now (a repository fetched first), each with the cluster name
+        its cluster.yaml declares (folders that share one are refused by the fleet)."""
+        from reconciler.config.fleet_checks import cluster_name
         from reconciler.config.folders import fleet_folders
 
         source = self.asked.acting.source
@@ -183,7 +185,7 @@ class FleetInstance:
             root = _checkout(self.repo[0], source) / source.path
         else:
             root = cluster_folder(source.path)
-        return fleet_folders(root, self.asked.clusters)
+        return {f: cluster_name(root / f) for f in fleet_folders(root, self.asked.clusters)}
 
     def make(self, folder: str) -> ClusterWorker:
         """The worker of one cluster folder: the single-cluster ``Instance`` on it."""

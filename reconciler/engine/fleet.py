@@ -12,8 +12,11 @@ The assignment decides who tries a cluster; the cluster's lease decides who acts
 
 A folder whose worker cannot be built (its desired state invalid at the start: the cluster's
 name is needed for its lease) is reported as invalid and tried again at the next look; the
-others go on. A membership that cannot be read (etcd unreachable) keeps the last one read:
-the leases, which can no longer be renewed either, stop every action on their own.
+others go on. Folders that declare one cluster name (which keys the cluster's lease, state
+folder and observed branch) are refused as they are found: none of them is assigned or
+served, each is reported as invalid naming the others, by every instance alike. A membership
+that cannot be read (etcd unreachable) keeps the last one read: the leases, which can no
+longer be renewed either, stop every action on their own.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from reconciler.config.fleet_checks import shared_name_why, sharing
 from reconciler.core.assignment import mine
 from reconciler.engine import triggers
 from reconciler.errors import ReconcilerError
@@ -97,8 +101,10 @@ class _Running:
 class Fleet:
     me: str
     """This instance's name in the group."""
-    discover: Callable[[], list[str]]
-    """The cluster folders of the repository now (ReconcilerError: not readable now)."""
+    discover: Callable[[], Iterable[str]]
+    """The cluster folders of the repository now (ReconcilerError: not readable now); a
+    mapping gives each one's cluster name as its files declare it too (None: not known), and
+    folders that declare one name are refused."""
     make: Callable[[str], Worker]
     """A folder's worker, built in the folder's own thread (ReconcilerError: its desired state
     cannot be served)."""
@@ -110,7 +116,9 @@ class Fleet:
     members: frozenset[str] = frozenset()
     assigned: frozenset[str] = frozenset()
     invalid: dict[str, str] = field(default_factory=dict)
-    """Folders whose worker could not be built: why."""
+    """Folders whose worker could not be built, or that are refused: why."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Folders refused as they were found (they share a cluster name): why."""
     problem: str | None = None
     """Why the last look could not read the folders or the members; None when it could."""
     _read: bool = False
@@ -149,7 +157,9 @@ class Fleet:
         changed = any(r != triggers.SCHEDULE for r in reasons)
         if not self._read or changed:
             try:
-                self.folders = tuple(sorted(set(self.discover())))
+                found = self.discover()
+                self.folders = tuple(sorted(set(found)))
+                self._refuse(found if isinstance(found, Mapping) else {})
                 self._read = True
             except ReconcilerError as err:
                 self._read = False  # read again at the next look
@@ -165,7 +175,8 @@ class Fleet:
         self._looks += 1
         if self.membership is not None and self._looks == 1:
             return
-        self.assigned = mine(self.folders, self.members, self.me)
+        served = tuple(f for f in self.folders if f not in self.refused)
+        self.assigned = mine(served, self.members, self.me)
         with self._lock:
             self._leaving = [r for r in self._leaving if r.thread.is_alive()]
             for folder, running in list(self._running.items()):
@@ -189,8 +200,21 @@ class Fleet:
                     if reason != triggers.SCHEDULE and running.worker is not None:
                         running.worker.wake(reason)
             for folder in list(self.invalid):
-                if folder not in self.assigned:
+                if folder not in self.assigned and folder not in self.refused:
                     del self.invalid[folder]
+
+    def _refuse(self, names: Mapping[str, str | None]) -> None:
+        """Refuse the folders that share a cluster name (``names``: folder -> its name)."""
+        shared = sharing(names)
+        refused = {}
+        for folder, others in shared.items():
+            refused[folder] = shared_name_why(str(names[folder]), others)
+        with self._lock:
+            for folder in set(self.refused) - set(refused):
+                self.invalid.pop(folder, None)
+            self.refused = refused
+        for folder, why in sorted(refused.items()):
+            self._invalid(folder, why)
 
     def _invalid(self, folder: str, why: str) -> None:
         if self.invalid.get(folder) != why:

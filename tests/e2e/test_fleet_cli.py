@@ -139,3 +139,36 @@ def test_a_cluster_folder_is_still_served_alone(tmp_path: Path) -> None:
         assert r.status_code == 404
     finally:
         one.close()
+
+
+def test_two_cluster_folders_with_one_name_are_both_refused_and_neither_is_reconciled(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("libvirt")
+    root, state = tmp_path / "clusters", tmp_path / "state"
+    names = write_fleet(root, tmp_path / "nodes", 3, interval="1h")
+    twin = root / names[1] / "cluster.yaml"
+    own = twin.read_text()
+    twin.write_text(own.replace(f"{{name: {names[1]}}}", f"{{name: {names[0]}}}"))
+    fleet = FleetProcess([str(root), "--state-dir", str(state)], tmp_path / "run.log")
+    try:
+        wait_for(lambda: _rounds(state, names[2]) >= 1 and len(fleet.status()["invalid"]) == 2)
+        status = fleet.status()
+        invalid = status["invalid"]
+        assert isinstance(invalid, dict)
+        assert sorted(invalid) == names[:2]
+        assert f"cluster name '{names[0]}' is also declared by {names[1]}" in invalid[names[0]]
+        assert f"cluster name '{names[0]}' is also declared by {names[0]}" in invalid[names[1]]
+        assert "give each cluster folder a metadata.name of its own" in invalid[names[0]]
+        assert status["held"] == [names[2]]
+        assert _rounds(state, names[0]) == 0  # neither folder was reconciled
+        r = fleet.get("/metrics")
+        assert r is not None
+        assert f'reconciler_fleet_cluster_invalid{{folder="{names[1]}"}} 1.0' in r.text
+        # each given a name of its own: both served at the next look
+        twin.write_text(own)
+        wait_for(lambda: all(_rounds(state, n) >= 1 for n in names[:2]), timeout=30)
+        wait_for(lambda: fleet.status()["invalid"] == {}, timeout=30)
+        assert fleet.status()["held"] == names
+    finally:
+        fleet.close()
