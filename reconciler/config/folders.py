@@ -55,6 +55,19 @@ def rollout_files(folder: Path) -> list[Path]:
     return yaml_files(rollouts)
 
 
+def hidden_rollout_files(folder: Path) -> list[Path]:
+    """The hidden YAML files of ``folder``'s ``rollouts/`` (``.kernel.yaml``): never read, so
+    no rollout is carried out from them; ``validate`` says so."""
+    rollouts = folder / ROLLOUTS
+    if not rollouts.is_dir():
+        return []
+    return sorted(
+        entry
+        for entry in rollouts.iterdir()
+        if is_yaml_name(entry.name) and entry.name.startswith(".")
+    )
+
+
 def is_rollout_file(path: Path) -> bool:
     """A file in the ``rollouts/`` folder of a cluster folder."""
     return path.parent.name == ROLLOUTS

@@ -13,6 +13,7 @@ from reconciler.config.fleet_checks import shared_name_findings
 from reconciler.config.folders import (
     ROLLOUTS,
     cluster_folders,
+    hidden_rollout_files,
     is_rollout_file,
     rollout_files,
     yaml_files,
@@ -256,7 +257,17 @@ def _folder_files(folder: Path) -> tuple[list[Path], list[Finding]]:
             "keep the rollouts in a real folder inside the cluster folder",
         )
         return yaml_files(folder), [finding]
-    return yaml_files(folder) + rollout_files(folder), []
+    hidden = [
+        Finding(
+            file=str(path),
+            severity=Severity.WARNING,
+            message="a hidden file is not read: no rollout is carried out from it",
+            hint=f"to carry it out, name it {path.name.lstrip('.')}; otherwise move it out of "
+            f"{ROLLOUTS}/",
+        )
+        for path in hidden_rollout_files(folder)
+    ]
+    return yaml_files(folder) + rollout_files(folder), hidden
 
 
 _EMPTY_KIND_FILES = {

@@ -51,3 +51,19 @@ def test_two_cluster_folders_with_one_name_are_both_refused(
     assert SHARED.format(folder="clusters/east", other="clusters/west") in out.splitlines()
     assert _run(capsys, "validate", "clusters/east")[0] == 0
     assert _run(capsys, "validate", "clusters/east", "clusters/east/")[0] == 0
+
+
+def test_a_hidden_file_in_rollouts_is_not_read_and_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_folder(tmp_path, {"cluster.yaml": cluster_yaml()}, name="lab")
+    (folder / "rollouts").mkdir()
+    (folder / "rollouts" / ".kernel.yaml").write_text("kind: Rollout\n")
+    (folder / "rollouts" / ".notes.txt").write_text("not YAML: not a rollout\n")
+    code, out, err = _run(capsys, "validate", "lab")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "lab/rollouts/.kernel.yaml: warning: a hidden file is not read: no rollout is carried "
+        "out from it (to carry it out, name it kernel.yaml; otherwise move it out of rollouts/)",
+        "lab/: cluster lab: 3 hosts, 0 rules: valid, 1 warning",
+    ]
