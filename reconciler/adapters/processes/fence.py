@@ -3,7 +3,8 @@ asking the fence agent whether a host's power is off.
 
 The command runs through ``run_command`` (``runner``): without a shell, ``{host}`` in an
 argument replaced by the host's name, in a session of its own, its timeout bounding the whole
-call (a process it left behind holding its output included). Exit 0 is the only
+call (a process it left behind holding its output included), every process it started ended
+with it (``tree``), so nothing of a fence can power a host off later. Exit 0 is the only
 confirmation that the host is off; any other exit, a command that cannot start or one that
 runs past its timeout is not.
 

@@ -10,6 +10,10 @@
   and the call returns without waiting for the end of its pipes, which a process it left
   behind may hold (an ssh ``ControlPersist`` master, a daemonized helper); what is left of
   its process group is killed.
+- **The whole tree, on demand** (``whole_tree``, what ``run_command`` asks for): the program
+  runs under a keeper (``tree``) that makes every process it starts, ``setsid`` and
+  double-forked ones included, findable and ends them all, at the timeout and when the
+  program exits, before the call returns.
 - **Bounded output.** At most ``max_output`` bytes of each stream are kept (the first and the
   last half), the rest is counted and dropped, so a program that writes without end neither
   blocks nor fills memory. ``None`` keeps all of stdout (git's data); stderr stays bounded.
@@ -24,7 +28,8 @@ run. Secrets reach a command through its environment (``env``) or stdin (``input
 output is scrubbed of them. The reconciler's own secrets (``redact.SECRET_ENV``) are not
 passed on. Output whose middle was dropped is scrubbed half by half (``redact.scrub_parts``):
 a secret that a cut goes through shows nothing of itself on either side (what may be part of
-one at a cut is masked, and a character of several bytes cut in two is left out).
+one at a cut is masked, and a character of several bytes cut in two is left out). Nothing
+the command started outlives the call (``whole_tree``).
 """
 
 from __future__ import annotations
@@ -38,12 +43,14 @@ import re
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from reconciler.adapters.processes import tree
 from reconciler.redact import SECRET_ENV, holds_secret, register, scrub, scrub_parts
 
 log = logging.getLogger(__name__)
@@ -60,6 +67,7 @@ _POLL: Final = 0.05
 _URL_PASSWORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
 _REAP: Final = 2.0
 """Seconds to wait for a killed command to be reaped before leaving it to the interpreter."""
+_KEEPER: Final = tree.__file__
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,7 @@ def run_command(
     try:
         done = run_process(
             args, timeout=timeout, env=_environment(env, inherit), input=input, cwd=cwd,
-            max_output=max_output,
+            max_output=max_output, whole_tree=True,
         )  # fmt: skip
     except OSError as err:
         return CommandResult(
@@ -260,22 +268,36 @@ def run_process(
     cwd: Path | None = None,
     max_output: int | None = MAX_OUTPUT,
     merge_stderr: bool = True,
+    whole_tree: bool = False,
 ) -> ProcessResult:
     """Run ``argv`` with exactly ``env`` for at most ``timeout`` seconds, its output pipes
     included; OSError when it cannot start. ``input`` is written to its stdin (else stdin is
-    empty); stderr is read with stdout unless ``merge_stderr`` is off."""
+    empty); stderr is read with stdout unless ``merge_stderr`` is off. ``whole_tree``: every
+    process it starts is ended with it (through the keeper, ``tree``)."""
     started = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,  # one group to kill; no terminal to prompt on
-    )
+    command, status = list(argv), None
+    if whole_tree:  # the keeper reports on ``status`` whether the command started
+        status = os.pipe()
+        command = [sys.executable, "-I", "-S", _KEEPER, str(status[1]), *command]
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,  # one group to kill; no terminal to prompt on
+            pass_fds=status[1:] if status is not None else (),
+        )
+    finally:
+        if status is not None:
+            os.close(status[1])
     out, err = _Output(max_output), _Output(max_output or MAX_OUTPUT)
-    with _Watch(proc) as watch:
+    with _Watch(proc, whole_tree=whole_tree) as watch:
+        if status is not None and (failed := _not_started(status[0], started + timeout)):
+            watch.end(exited=False)
+            raise OSError(failed, os.strerror(failed))
         exited = watch.run(started + timeout, out, err, input)
     return ProcessResult(
         proc.returncode if exited else None,
@@ -288,12 +310,31 @@ def run_process(
     )
 
 
+def _not_started(fd: int, deadline: float) -> int | None:
+    """The errno the keeper reports on ``fd`` for a command that could not start; None once
+    it started (the keeper closes ``fd``) or at ``deadline``."""
+    said = b""
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while (remaining := deadline - time.monotonic()) > 0 and selector.select(remaining):
+                chunk = os.read(fd, 64)
+                if not chunk:
+                    break
+                said += chunk
+    finally:
+        os.close(fd)
+    return int(said) if said.strip().isdigit() and int(said) else None
+
+
 class _Watch:
     """Reads one started command's output and feeds its stdin until it exits or the deadline
-    passes, then makes sure nothing of its process group is left and it is reaped."""
+    passes, then makes sure nothing of its process group (with ``whole_tree``: of its whole
+    tree) is left and it is reaped."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], *, whole_tree: bool = False) -> None:
         self.proc = proc
+        self.whole_tree = whole_tree
         self.selector = selectors.DefaultSelector()
         self.pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):  # Linux 5.3 and later
@@ -335,7 +376,7 @@ class _Watch:
         while not exited:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._kill()
+                self.end(exited=False)
                 return False
             wait = remaining if self.pidfd is not None else min(remaining, _POLL)
             for key, _ in self.selector.select(wait):
@@ -354,7 +395,7 @@ class _Watch:
             for _ in range(_DRAIN_READS):
                 if not self._read(fd, into):
                     break
-        self._kill()  # whatever it left in its group
+        self.end(exited=True)  # whatever it left in its group
         return True
 
     def _read(self, fd: int, output: _Output) -> bool:
@@ -397,7 +438,15 @@ class _Watch:
         except ChildProcessError:
             return True
 
-    def _kill(self) -> None:
+    def end(self, *, exited: bool) -> None:
+        """End what is left and reap the command. With ``whole_tree`` and a keeper still
+        running: every process of its tree is ended (the keeper's pid stays its own until it
+        is reaped here), and the keeper, seeing the command end, reaps them and exits."""
+        if self.whole_tree and not exited:
+            tree.end_tree(self.proc.pid)
+            until = time.monotonic() + _REAP
+            while not self._exited() and time.monotonic() < until:
+                time.sleep(0.01)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         try:
