@@ -48,6 +48,7 @@ COMMANDS = (
     "propose",
     "history",
     "impact",
+    "simulate",
     "completion",
 )
 """One module of ``reconciler.cli`` per command, in the order ``--help`` lists them."""

@@ -28,6 +28,7 @@ from reconciler.model.rollout import Rollout
 from reconciler.model.rollout_progress import RolloutProgress
 from reconciler.model.rollout_report import RolloutPlan, RolloutStatus
 from reconciler.model.rules import PlacementRules
+from reconciler.model.simulation import HostKinds, SimulationReport
 from reconciler.model.snapshot import Snapshot
 from reconciler.model.status import ReconcileStatus
 
@@ -50,6 +51,8 @@ SCHEMA_MODELS: Final[dict[str, type[BaseModel]]] = {
     "rolloutplan": RolloutPlan,
     "rolloutprogress": RolloutProgress,
     "rolloutstatus": RolloutStatus,
+    "simulation": SimulationReport,
+    "hostkinds": HostKinds,
 }
 """Schema name (the file is ``<name>.json``) -> model."""
 

@@ -1,0 +1,203 @@
+"""``reconciler simulate``: days of load replayed through the policy's own rounds, scored like
+the literature (migrations, SLATAH, PDM, SLAV, energy, ESV) beside the product's own figures
+(hours over hostLimit, spread), one column per policy. See docs/simulate.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from reconciler import config
+from reconciler.cli.common import (
+    EXIT_OK,
+    Subparsers,
+    add_repo_arguments,
+    cluster_folder,
+    usage_errors_exit_1,
+)
+from reconciler.cli.history import duration
+from reconciler.errors import ConfigError
+from reconciler.model.desired import DesiredState
+
+EPILOG = """\
+exit codes:
+  0  the simulation ran and its report was written
+  1  error: a bad trace, policy or shape (file:line and how to fix it), bad arguments
+
+Each policy is played from the same start: every interval (spec.interval, at least one trace
+step) the same decision `run` makes (core.next_actions), the planner and admission with every
+rule and limit; moves take the time the busy-guest model gives them. The cluster's own policy
+comes first; --policy FILE adds another (its name is the file's), --base/--head with --repo
+compares two revisions. Without --hosts the cluster is PATH's, as --snapshot FILE saw it
+(observe --format json); with --hosts a what-if cluster (400xG4,400xG5: kinds named in
+--kinds FILE, or the literature's G4 and G5), the VMs placed by `place` at the start.
+"""
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay days of load through policies and score them side by side",
+        description="Replay a load trace through the cluster's policy (and others) as `run` "
+        "would decide it, and report migrations, overload (SLATAH), performance lost to "
+        "migrations (PDM), SLAV, energy and ESV per policy.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", nargs="?", type=Path, metavar="PATH", help="the cluster folder")
+    source = p.add_argument_group("load (one of)")
+    source.add_argument(
+        "--trace",
+        type=Path,
+        metavar="PATH",
+        help="a folder in the PlanetLab format (one file per VM, a CPU percentage per line "
+        "per 300 s) or a CSV of time,vm,cpu[,memory,dirty] (cpu in cores)",
+    )
+    p.add_argument(
+        "--policy",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another BalancePolicy to compare with the folder's own (repeatable)",
+    )
+    add_repo_arguments(p)
+    p.add_argument("--base", metavar="REF", help="with --repo: the revision compared against")
+    p.add_argument("--head", metavar="REF", help="with --repo: the revision under review")
+    p.add_argument(
+        "--hosts", metavar="SHAPE", help="a what-if cluster, e.g. 400xG4,400xG5 (COUNTxKIND)"
+    )
+    p.add_argument("--kinds", type=Path, metavar="FILE", help="a HostKinds file for --hosts")
+    p.add_argument(
+        "--snapshot",
+        type=Path,
+        metavar="FILE",
+        help="the cluster as observed (observe --format json): hosts' CPUs and memory, VMs' "
+        "sizes and where they run at the start",
+    )
+    p.add_argument(
+        "--for",
+        dest="period",
+        type=duration,
+        metavar="AGE",
+        help="simulate only the first part of the trace, e.g. 12h",
+    )
+    p.add_argument(
+        "--power",
+        choices=("realistic", "literature"),
+        default="realistic",
+        help="realistic: every host draws at least its idle watts; literature: a host with "
+        "no VM draws nothing (as in CloudSim)",
+    )
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--chart", type=Path, metavar="FILE.svg", help="write the chart here")
+    usage_errors_exit_1(p)
+    p.set_defaults(handler=run)
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    path: Path | None
+    trace: Path
+    policies: tuple[Path, ...]
+    repo: str | None
+    branch: str
+    cache_dir: Path | None
+    base: str | None
+    head: str | None
+    hosts: str | None
+    kinds: Path | None
+    snapshot: Path | None
+    period: timedelta | None
+    literature: bool
+    format: str
+    chart: Path | None
+
+
+def request_of(args: argparse.Namespace) -> SimulateRequest:
+    if args.trace is None:
+        raise ConfigError("no load to replay", hint="give --trace PATH")
+    if (args.base is None) != (args.head is None):
+        raise ConfigError("--base and --head go together", hint="give both, with --repo")
+    if args.base is not None and args.repo is None:
+        raise ConfigError("--base and --head read revisions of a repository", hint="add --repo")
+    if args.hosts is None and args.snapshot is None and args.kinds is not None:
+        raise ConfigError("--kinds names the kinds of --hosts", hint="add --hosts SHAPE")
+    return SimulateRequest(
+        path=args.path,
+        trace=args.trace,
+        policies=tuple(args.policy),
+        repo=args.repo,
+        branch=args.branch,
+        cache_dir=args.cache_dir,
+        base=args.base,
+        head=args.head,
+        hosts=args.hosts,
+        kinds=args.kinds,
+        snapshot=args.snapshot,
+        period=args.period,
+        literature=args.power == "literature",
+        format=args.format,
+        chart=args.chart,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    request = request_of(args)
+    from reconciler.cli import simulating
+
+    report = simulating.simulate(request, _policies(request))
+    from reconciler.report import simulation_report as out
+
+    if request.chart is not None:
+        simulating.write_text(request.chart, out.simulation_svg(report))
+        print(f"chart written to {request.chart}", file=sys.stderr)
+    if request.format == "json":
+        sys.stdout.write(out.simulation_json(report))
+    elif request.format == "markdown":
+        chart = request.chart.name if request.chart is not None else None
+        sys.stdout.write(out.simulation_markdown(report, chart))
+    else:
+        sys.stdout.write(out.simulation_text(report))
+    return EXIT_OK
+
+
+def _policies(request: SimulateRequest) -> list[tuple[str, DesiredState]]:
+    """(name, desired state) of each policy compared, the cluster's own first."""
+    if request.repo is not None:
+        from reconciler.cli.common import checkout_state
+        from reconciler.cli.requests import DEFAULT_REPO_FOLDER, RepoRequest
+
+        path = str(request.path) if request.path is not None else DEFAULT_REPO_FOLDER
+        checkout = checkout_state(
+            RepoRequest(
+                url=request.repo, branch=request.branch, path=path, cache_dir=request.cache_dir
+            )
+        )
+        folder = checkout.folder
+        if request.base is not None and request.head is not None:
+            from pathlib import PurePosixPath
+
+            from reconciler.cli.impact import _load_at
+
+            rel = PurePosixPath(checkout.path)
+            base, base_sha = _load_at(checkout.repo, request.base, rel, "base")
+            head, head_sha = _load_at(checkout.repo, request.head, rel, "head")
+            out = [
+                (f"base {request.base} ({base_sha[:8]})", base),
+                (f"head {request.head} ({head_sha[:8]})", head),
+            ]
+        else:
+            out = [(f"{checkout.branch} ({checkout.commit[:8]})", config.load_desired(folder))]
+    else:
+        folder = cluster_folder(request.path)
+        out = [("current", config.load_desired(folder))]
+    from reconciler.config.variants import load_with_policy
+
+    for policy in request.policies:
+        out.append((policy.stem, load_with_policy(folder, policy)))
+    return out

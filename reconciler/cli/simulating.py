@@ -1,0 +1,108 @@
+"""What ``simulate`` runs once its request is parsed: the trace read, the cluster made (a
+what-if shape, or PATH's hosts as a snapshot saw them), every policy replayed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reconciler.errors import ConfigError
+from reconciler.model.desired import DesiredState
+from reconciler.model.simulation import HostKind, SimulationReport
+
+if TYPE_CHECKING:
+    from reconciler.cli.simulate import SimulateRequest
+    from reconciler.core.simulation.trace import Trace
+    from reconciler.model.snapshot import Snapshot
+
+GIB = 1024**3
+DEFAULT_MEMORY = GIB
+"""A trace VM whose memory nothing gives (no snapshot, no memory column): 1 GiB."""
+
+
+def _kinds(path: Path | None) -> dict[str, HostKind]:
+    if path is None:
+        return {}
+    from reconciler.config.variants import load_host_kinds
+
+    return {k.name: k for k in load_host_kinds(path).kinds}
+
+
+def _trace(path: Path, snapshot: Snapshot | None) -> Trace:
+    from reconciler.adapters.traces import read_csv, read_planetlab
+    from reconciler.core.simulation.trace import TraceVm
+
+    vcpus: dict[str, int] = {v.name: v.vcpus for v in snapshot.vms} if snapshot is not None else {}
+    if path.is_dir():
+        return read_planetlab(
+            path,
+            lambda i, name: TraceVm(name=name, vcpus=vcpus.get(name, 1), memory=DEFAULT_MEMORY),
+            lambda i: 1.0,
+        )
+    if not path.is_file():
+        raise ConfigError(
+            f"{path}: no such trace", hint="give a PlanetLab folder or a CSV of time,vm,cpu"
+        )
+    return read_csv(path, default_memory=DEFAULT_MEMORY, vcpus=lambda n: vcpus.get(n, 1))
+
+
+def simulate(
+    request: SimulateRequest, policies: Sequence[tuple[str, DesiredState]]
+) -> SimulationReport:
+    from reconciler.core.simulation import setup
+
+    snapshot = None
+    if request.snapshot is not None:
+        from reconciler.adapters.files.snapshot import load_snapshot
+
+        snapshot = load_snapshot(request.snapshot)
+    trace, where = setup.sized(_trace(request.trace, snapshot), snapshot)
+    if request.period is not None:
+        from dataclasses import replace
+
+        steps = max(1, int(request.period.total_seconds() // trace.step))
+        trace = replace(trace, demand=tuple(row[:steps] for row in trace.demand))
+    if trace.steps == 0:
+        raise ConfigError(f"{request.trace}: no step of load in it", hint="a longer trace")
+    first = policies[0][1]
+    if request.hosts is not None:
+        try:
+            shape = setup.shape_of(request.hosts, _kinds(request.kinds))
+        except ValueError as err:
+            raise ConfigError(
+                f"--hosts {request.hosts}: {err}", hint="e.g. 400xG4,400xG5"
+            ) from None
+        shaped = [(name, setup.shaped(d, shape)) for name, d in policies]
+        kinds = shaped[0][1][1]
+        runs = [(name, d) for name, (d, _) in shaped]
+        where = {}
+    else:
+        if snapshot is None:
+            raise ConfigError(
+                "the cluster's hosts need their CPUs and memory",
+                hint="give --snapshot FILE (reconciler observe --format json > FILE), or a "
+                "what-if cluster with --hosts 10xG5",
+            )
+        try:
+            kinds = setup.observed_kinds(first, snapshot)
+        except ValueError as err:
+            raise ConfigError(f"{request.snapshot}: {err}", hint="observe again") from None
+        runs = list(policies)
+    try:
+        return setup.simulated(
+            first.cluster.metadata.name,
+            runs,
+            trace,
+            kinds,
+            where=where,
+            realistic=not request.literature,
+        )
+    except ValueError as err:
+        raise ConfigError(str(err), hint="give more or larger hosts (--hosts)") from None
+
+
+def write_text(path: Path, text: str) -> None:
+    from reconciler.adapters.files.atomic import write_atomically
+
+    write_atomically(path, text.encode(), mode=0o644)

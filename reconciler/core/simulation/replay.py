@@ -1,0 +1,348 @@
+"""The simulation loop: the trace played step by step, a round every ``spec.interval``.
+
+Each round of the product's policy is decided by ``core.next_actions`` exactly as ``run``
+decides it (the same two functions, never a copy): observed facts from the world's snapshot,
+then the plan, whether to act and what; its moves are carried out in time
+(:mod:`.moves`), the VMs' records written as the engine writes them, the status (the streak
+``holdRounds`` counts) as ``core.rounds.round_status`` makes it, and placement.yaml follows
+the moves as the round's record makes it follow them. Like ``run``, the next round starts
+once the round's moves have ended. A reference policy that is not the product's (the
+literature's heuristics, in the benchmarks) plugs in as another :class:`Decider`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from reconciler.core import backoff, load_view, rounds
+from reconciler.core.hugepages import started
+from reconciler.core.next_actions import first_seen_stamps, next_actions, observed_facts
+from reconciler.core.placer import place
+from reconciler.core.simulation.meter import Meter
+from reconciler.core.simulation.moves import Flight, flights
+from reconciler.core.simulation.trace import Trace
+from reconciler.core.simulation.world import UPTIME, World
+from reconciler.model.base import HostName, VmName, VmUuid
+from reconciler.model.desired import DesiredState
+from reconciler.model.plan import Move
+from reconciler.model.simulation import HostKind, PolicyFigures, TimelinePoint
+from reconciler.model.snapshot import (
+    FailedMove,
+    HostState,
+    Snapshot,
+    VmRunState,
+    VmState,
+)
+from reconciler.model.status import MoveOutcome, MoveResult, ReconcileStatus
+
+ACTOR = "simulate"
+"""The actor the simulated rounds name on their intents and moves."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one round of a policy decided."""
+
+    moves: list[Move]
+    desired: DesiredState
+    """The desired state the moves are admitted under."""
+    snapshot: Snapshot
+    spread: float | None = None
+    """The largest score spread the round saw, where the policy computes one."""
+    unknown: bool = False
+    """A VM's load was unknown to the round."""
+
+
+class Decider(Protocol):
+    name: str
+    admitted: bool
+    """Its moves pass the product's admission and parallel limits."""
+
+    def decide(self, world: World, now: datetime) -> Decision: ...
+
+    def after(self, results: list[MoveResult], now: datetime) -> None: ...
+
+
+@dataclass
+class RunDecider:
+    """The product's policy: each round what ``run`` would decide."""
+
+    desired: DesiredState
+    name: str = "policy"
+    admitted: bool = True
+    status: ReconcileStatus | None = None
+    _last: Decision | None = None
+
+    def decide(self, world: World, now: datetime) -> Decision:
+        snapshot = world.snapshot(now)
+        facts = observed_facts(
+            self.desired, snapshot, self.status, now=now, actor=ACTOR, placement_changed_at=None
+        )
+        actions = next_actions(facts, act=True, holds=True, confirm=False, actor=ACTOR, now=now)
+        world.stamped(first_seen_stamps(actions.snapshot, facts.history, now))
+        plan = actions.plan
+        spread = max((s.before for s in plan.spreads), default=None)
+        unknown = bool(load_view.unknown(actions.snapshot).vms)
+        moves = plan.moves if actions.act else []
+        self._last = Decision(moves, actions.planned, actions.snapshot, spread, unknown)
+        self._plan = plan
+        return self._last
+
+    def after(self, results: list[MoveResult], now: datetime) -> None:
+        assert self._last is not None
+        facts = rounds.RoundFacts(
+            plan=self._plan,
+            snapshot=self._last.snapshot,
+            results=results,
+            acted=bool(self._last.moves),
+        )
+        self.status = rounds.round_status(
+            self.desired,
+            self.status,
+            facts,
+            started=self._last.snapshot.taken_at,
+            finished=now,
+            trigger="schedule",
+            revision=None,
+        )
+        writes, _ = rounds.placement_updates(self.desired, self._plan, results)
+        if writes:
+            placement = self.desired.placement
+            vms = {**placement.spec.vms, **writes}
+            spec = placement.spec.model_copy(update={"vms": vms})
+            self.desired = self.desired.model_copy(
+                update={"placement": placement.model_copy(update={"spec": spec})}
+            )
+
+
+@dataclass
+class Tally:
+    rounds: int = 0
+    migrations: int = 0
+    moved_back: int = 0
+    aborted: int = 0
+    unknown_rounds: int = 0
+    spreads: list[float] = field(default_factory=list)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+
+
+def replay(
+    world: World,
+    decider: Decider,
+    meter: Meter,
+    *,
+    interval: timedelta,
+    steps: int | None = None,
+) -> PolicyFigures:
+    """Play ``world``'s trace through ``decider``'s rounds; the figures of the period."""
+    trace = world.trace
+    tick = trace.step
+    total = trace.steps if steps is None else min(steps, trace.steps)
+    curves = [k.power.curve() for k in world.kinds]
+    dirty = {v.name: v.dirty for v in trace.vms}
+    tally = Tally()
+    next_round = 0.0
+    running: list[tuple[Flight, int, int, int]] = []  # (flight, vm, source, target)
+    for k in range(total):
+        t0, t1 = k * tick, (k + 1) * tick
+        if t0 >= next_round:
+            now = trace.start + timedelta(seconds=t0)
+            decision = decider.decide(world, now)
+            tally.rounds += 1
+            tally.unknown_rounds += decision.unknown
+            if decision.spread is not None:
+                tally.spreads.append(decision.spread)
+            planned = flights(
+                decision.desired,
+                decision.snapshot,
+                decision.moves,
+                t0,
+                dirty,
+                admitted=decider.admitted,
+            )
+            results = [_result(world, f, trace.start, tally) for f in planned]
+            running += [
+                (
+                    f,
+                    world.vm_index[f.move.vm],
+                    world.index[f.move.source],
+                    world.index[f.move.target],
+                )
+                for f in planned
+            ]
+            ends = max((f.end for f in planned), default=t0)
+            decider.after(results, trace.start + timedelta(seconds=ends))
+            next_round = max(t0 + interval.total_seconds(), ends)
+            demand = [trace.at(i, t0) for i in range(len(world.names))]
+            hot = _hot(world, demand, meter.limit)
+            tally.timeline.append(
+                TimelinePoint(at=t0, spread=decision.spread, hot=hot, migrations=len(planned))
+            )
+        else:
+            demand = [trace.at(i, t0) for i in range(len(world.names))]
+        meter.interval(t0, t1, demand, world.host_of, world.capacity, curves, running)
+        running = _landed(world, running, t1, trace.start)
+    return _figures(decider.name, tally, meter, total * tick)
+
+
+def _hot(world: World, demand: list[float], limit: float) -> int:
+    """Hosts whose demand is above ``limit`` of their capacity."""
+    load = [0.0] * len(world.hosts)
+    for vm, d in enumerate(demand):
+        load[world.host_of[vm]] += d
+    return sum(1 for h, c in enumerate(world.capacity) if c > 0 and load[h] / c > limit)
+
+
+def _where(world: World, f: Flight) -> tuple[Flight, int, int, int]:
+    m = f.move
+    return f, world.vm_index[m.vm], world.index[m.source], world.index[m.target]
+
+
+def _result(world: World, f: Flight, start: datetime, tally: Tally) -> MoveResult:
+    m = f.move
+    at = start + timedelta(seconds=f.start)
+    if f.aborted:
+        tally.aborted += 1
+        return MoveResult(
+            vm=m.vm,
+            source=m.source,
+            target=m.target,
+            outcome=MoveOutcome.FAILED,
+            reason=m.reason.value,
+            detail="aborted: it would not converge",
+            started_at=at,
+            seconds=f.end - f.start,
+        )
+    tally.migrations += 1
+    if world.records[world.vm_index[m.vm]].last_moved_from == m.target:
+        tally.moved_back += 1
+    return MoveResult(
+        vm=m.vm,
+        source=m.source,
+        target=m.target,
+        outcome=MoveOutcome.SUCCEEDED,
+        reason=m.reason.value,
+        detail=m.detail,
+        started_at=at,
+        seconds=f.end - f.start,
+    )
+
+
+def _landed(
+    world: World, running: list[tuple[Flight, int, int, int]], t: float, start: datetime
+) -> list[tuple[Flight, int, int, int]]:
+    """The moves that ended by ``t`` written into the world (host, record); those still on."""
+    left = []
+    for f, vm, src, dst in running:
+        if f.end > t:
+            left.append((f, vm, src, dst))
+            continue
+        old = world.records[vm]
+        at = start + timedelta(seconds=f.end)
+        m = f.move
+        if f.aborted:
+            failure = FailedMove(
+                at=at, source=m.source, target=m.target, plan_id=None, error="aborted"
+            )
+            world.moved(vm, src, old.model_copy(update={"last_failure": failure}))
+        else:
+            record = backoff.recorded(
+                old,
+                reason=m.reason.value,
+                source=m.source,
+                target=m.target,
+                at=at,
+                plan_id=None,
+                actor=ACTOR,
+            )
+            world.moved(vm, dst, record)
+    return left
+
+
+def _figures(name: str, tally: Tally, meter: Meter, seconds: float) -> PolicyFigures:
+    kwh = meter.joules / 3.6e6
+    slav = meter.slatah * meter.pdm
+    days = seconds / 86400 if seconds else 1.0
+    return PolicyFigures(
+        policy=name,
+        rounds=tally.rounds,
+        migrations=tally.migrations,
+        migrations_per_day=round(tally.migrations / days, 3),
+        moved_back=tally.moved_back,
+        aborted=tally.aborted,
+        slatah=meter.slatah,
+        pdm=meter.pdm,
+        slav=slav,
+        energy_kwh=kwh,
+        esv=kwh * slav,
+        host_hours=meter.active_seconds / 3600,
+        hours_over_limit=meter.over_limit_seconds / 3600,
+        spread_peak=max(tally.spreads, default=0.0),
+        spread_mean=sum(tally.spreads) / len(tally.spreads) if tally.spreads else 0.0,
+        unknown_rounds=tally.unknown_rounds,
+        timeline=tally.timeline,
+    )
+
+
+def initial_placement(
+    desired: DesiredState, trace: Trace, kinds: Mapping[str, HostKind], now: datetime
+) -> dict[str, str]:
+    """Where the trace's VMs start: each where ``place`` puts a new VM of its size, with the
+    VMs placed before it counted; VMs the placement already puts somewhere stay there."""
+    listed = desired.placement.spec.vms
+    hosts = [
+        HostState(
+            name=HostName(h.name),
+            uri=f"sim:///{h.name}",
+            reachable=True,
+            arch=kinds[h.name].arch,
+            cpus=kinds[h.name].cpus,
+            memory_total=kinds[h.name].memory,
+            memory_free=kinds[h.name].memory,
+        )
+        for h in desired.cluster.spec.hosts
+    ]
+    snapshot = Snapshot(cluster=desired.cluster.metadata.name, taken_at=now, hosts=hosts, vms=[])
+    out: dict[str, str] = {}
+    for i, vm in enumerate(trace.vms):
+        host = listed.get(vm.name)
+        if host is None:
+            answer = place(
+                desired,
+                snapshot,
+                vcpus=vm.vcpus,
+                memory=vm.memory,
+                labels=dict(vm.labels),
+                name=vm.name,
+                now=now,
+            )
+            if answer.host is None:
+                raise ValueError(f"{vm.name} fits on no host at the start: {answer.message}")
+            host = answer.host
+        out[vm.name] = host
+        snapshot = started(
+            snapshot,
+            VmState(
+                name=VmName(vm.name),
+                uuid=VmUuid(f"sim-{i:08d}"),
+                host=HostName(host),
+                state=VmRunState.RUNNING,
+                vcpus=vm.vcpus,
+                memory_max=vm.memory,
+                memory_current=vm.memory,
+                cpu_used=0.0,
+                uptime=UPTIME,
+                labels=dict(vm.labels),
+            ),
+        )
+    return out
+
+
+def rounds_in(trace: Trace, interval: timedelta) -> int:
+    """How many rounds a trace holds at ``interval`` (at least one per step)."""
+    per = max(interval.total_seconds(), trace.step)
+    return math.ceil(trace.steps * trace.step / per)
