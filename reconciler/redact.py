@@ -51,8 +51,8 @@ every position), with the digits and signs before the scheme's first letter (kep
 are)."""
 _OPEN_USERINFO = re.compile(r"[^/@\s]*")
 """What may be a URL's user info cut before its ``@`` (read backwards from a cut)."""
-_USERINFO_TO_AT = re.compile(r"[^@\s]*@")
-"""From a cut to the ``@`` of a URL's user info the cut went through."""
+_UP_TO_AT = re.compile(r"[^@\s]*")
+"""From a cut to the ``@`` of a URL's user info the cut went through (if an ``@`` follows)."""
 _known: set[str] = set()
 _lock = threading.Lock()
 
@@ -103,11 +103,17 @@ def scrub_parts(head: str, tail: str, also: Iterable[str] = ()) -> tuple[str, st
 def _head_cut(text: str, secrets: list[str]) -> int:
     """Where to end the kept beginning ``text`` so that nothing before is part of a secret or
     of a URL's user info that goes on after: before the end of it that begins a secret, the
-    user info open at its end and every secret that overlaps those."""
+    user info open at its end and every secret that overlaps those. Linear: the cut only
+    moves back, and the run of user info characters before it is looked for again only once
+    the cut has left it."""
     backwards = text[::-1]
     cut = len(text) - max((_begun(text, s) for s in secrets), default=0)
+    run = -1  # where the run of characters that may be user info, up to the cut, begins
     while True:
-        moved = cut - _open_userinfo(text, backwards, cut)
+        if run < 0 or cut < run:
+            found = _OPEN_USERINFO.match(backwards, len(text) - cut)
+            run = cut - (found.end() - (len(text) - cut) if found is not None else 0)
+        moved = run if run < cut and text.endswith("://", 0, run) else cut
         for secret in secrets:  # one that the cut goes through: cut before it
             at = text.find(secret, max(0, moved - len(secret) + 1), moved + len(secret) - 1)
             if at != -1:
@@ -120,14 +126,21 @@ def _head_cut(text: str, secrets: list[str]) -> int:
 def _tail_cut(text: str, secrets: list[str]) -> int:
     """Where to begin the kept end ``text`` so that nothing after is part of a secret or of a
     URL's user info that began before: after the start of it that ends a secret, the user
-    info up to its ``@`` and every secret that overlaps those."""
+    info up to its ``@`` and every secret that overlaps those. Linear: the cut only moves on,
+    and the next ``@`` or space is looked for again only once the cut has passed it."""
     cut = max((_ended(text, s) for s in secrets), default=0)
+    stop, slash = -1, -1  # the next "@" or space from the cut, and the last "/" before it
     while True:
-        moved = cut + _userinfo_to_at(text, cut)
+        if stop < cut:
+            found = _UP_TO_AT.match(text, cut)
+            stop = found.end() if found is not None else cut
+            slash = text.rfind("/", cut, stop)
+        at = stop < len(text) and text[stop] == "@"
+        moved = stop if at and max(cut, slash + 1) < stop else cut
         for secret in secrets:  # one that the cut goes through: cut after it
-            at = text.rfind(secret, max(0, moved - len(secret) + 1), moved + len(secret) - 1)
-            if at != -1:
-                moved = at + len(secret)
+            at_ = text.rfind(secret, max(0, moved - len(secret) + 1), moved + len(secret) - 1)
+            if at_ != -1:
+                moved = at_ + len(secret)
         if moved == cut:
             return cut
         cut = moved
@@ -169,22 +182,3 @@ def _ended(text: str, secret: str) -> int:
             return at + 1
         end = at
     return 0
-
-
-def _open_userinfo(text: str, backwards: str, end: int) -> int:
-    """How many characters before ``end`` in ``text`` (``backwards`` is it reversed) follow a
-    ``://`` with no ``/``, ``@`` or space: a URL's user info that goes on after ``end``."""
-    found = _OPEN_USERINFO.match(backwards, len(text) - end)
-    size = found.end() - (len(text) - end) if found is not None else 0
-    return size if text.endswith("://", 0, end - size) else 0
-
-
-def _userinfo_to_at(text: str, start: int) -> int:
-    """How many characters from ``start`` in ``text`` come before an ``@`` with no space
-    between, and some of them after the last ``/``: the end of a URL's user info that began
-    before ``start``. 0 when there is none."""
-    found = _USERINFO_TO_AT.match(text, start)
-    if found is None:
-        return 0
-    at = found.end() - 1
-    return at - start if text.rfind("/", start, at) + 1 < at else 0
