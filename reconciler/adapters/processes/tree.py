@@ -82,8 +82,8 @@ def _stat(pid: int) -> tuple[int, int] | None:
             data = stat.read()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and ")"
-    if fields[0] in (b"Z", b"X"):
+    fields = data[data.rfind(b")") + 2 :].split()  # the name may hold spaces and ")"
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):  # gone as it was read, or a zombie
         return None
     return int(fields[1]), int(fields[19])
 
