@@ -315,3 +315,37 @@ def test_status_lists_a_cluster_held_while_its_round_in_flight_settles(
         gate.touch()
         for m in members:
             m.close()
+
+
+def test_a_second_instance_with_a_live_members_identity_is_warned_about_at_start(
+    tmp_path: Path, etcd: Etcd
+) -> None:
+    pytest.importorskip("libvirt")
+    fleet = tmp_path / "fleet"
+    write_fleet(fleet, tmp_path / "nodes", 2, hosts=1)
+    url, _ = state_remote(tmp_path, fleet)
+    first = Member("a", url, etcd.url, tmp_path)
+    (tmp_path / "second").mkdir()
+    members = [first]
+    try:
+        wait_for(lambda: first.held(), timeout=60)
+        second = Member("a", url, etcd.url, tmp_path / "second")
+        members.append(second)
+        logs = tmp_path / "second" / "a.log"
+
+        def warned() -> list[dict[str, object]]:
+            lines = [json.loads(x) for x in logs.read_text().splitlines() if x.startswith("{")]
+            return [x for x in lines if "identity 'a'" in str(x.get("message"))]
+
+        wait_for(warned, timeout=30)
+        (warning,) = warned()
+        assert warning["level"] == "warning"
+        message = str(warning["message"])
+        assert "is already a live member of the fleet's group" in message
+        assert f"pid {first.proc.pid}" in message
+        assert "give each instance its own --identity" in message
+        # the first, alone when it started, was not warned
+        assert "already a live member" not in (tmp_path / "a.log").read_text()
+    finally:
+        for m in members:
+            m.close()

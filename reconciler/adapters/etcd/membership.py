@@ -5,13 +5,22 @@ of ``ttl`` seconds that ``beat()`` keeps alive, so a member that dies (or loses 
 than that) leaves the group by itself. ``beat()`` joins again when the key is gone (after
 etcd lost the member's lease) and returns the members it read. Every call has a deadline:
 ``beat()`` returns or raises ``TransientError`` within ``timeout`` seconds per step.
+
+Each member's key holds where it runs (host and pid). An instance that finds its identity
+already a live member at its first beat logs a warning naming that member: two instances with
+one ``--identity`` share one member key and one place in the assignment (both try the same
+clusters, the others' share grows), which no lease would ever show.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import os
+import socket
 import urllib.parse
+from typing import Any
 
 from tooz import ToozError, coordination
 
@@ -19,6 +28,8 @@ from reconciler.adapters.etcd.lease import SCHEMES, TIMEOUT
 from reconciler.errors import TerminalError, TransientError
 
 GROUP = "reconciler-fleet"
+
+log = logging.getLogger(__name__)
 
 
 class ToozMembership:
@@ -57,6 +68,9 @@ class ToozMembership:
         except (ToozError, RuntimeError, ValueError) as err:
             raise TerminalError(f"cannot use coordination URL {url!r}: {err}") from err
         self._started = False
+        self._seen = False
+        """The members were read once (the look for a live member with this identity)."""
+        self.ttl = seconds
 
     def _start(self) -> None:
         if self._started:
@@ -72,9 +86,13 @@ class ToozMembership:
             self._start()
             self._coordinator.heartbeat()
             members = self._members()
+            if not self._seen and self.me in members:
+                self._warn_taken()
+            self._seen = True
             if self.me not in members:
+                here = {"host": socket.gethostname(), "pid": os.getpid()}
                 with contextlib.suppress(coordination.MemberAlreadyExist):
-                    self._coordinator.join_group(self.group).get(timeout=self.timeout)
+                    self._coordinator.join_group(self.group, here).get(timeout=self.timeout)
                 members = self._members()
         except (ToozError, OSError) as err:
             raise TransientError(f"{self.where}: the fleet's group: {err}") from err
@@ -83,6 +101,26 @@ class ToozMembership:
                 f"{self.where}: the fleet's group: {type(err).__name__}: {err}"
             ) from err
         return members
+
+    def _warn_taken(self) -> None:
+        """Another live member has this identity (this process has not joined yet)."""
+        where = ""
+        with contextlib.suppress(Exception):  # who it is only adds to the warning
+            got: Any = self._coordinator.get_member_capabilities(self.group, self.me.encode()).get(
+                timeout=self.timeout
+            )
+            if isinstance(got, dict) and got.get("host"):
+                where = f" (on {got['host']}, pid {got.get('pid')})"
+        log.warning(
+            "identity %r is already a live member of the fleet's group in %s%s: two instances "
+            "with one identity share one place in the assignment, so both try the same "
+            "clusters; give each instance its own --identity (if this is that instance "
+            "restarted, its old membership ends within %d s)",
+            self.me,
+            self.where,
+            where,
+            self.ttl,
+        )
 
     def _members(self) -> frozenset[str]:
         got = self._coordinator.get_members(self.group).get(timeout=self.timeout)
