@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from reconciler.core.load_range import in_range
 from reconciler.model.policy import BalancePolicySpec, Basis
 from reconciler.model.snapshot import MigrationClass, VmRunState, VmState
 
@@ -116,7 +117,8 @@ def vm_loads(vm: VmState, spec: BalancePolicySpec) -> tuple[int, int, float, flo
         return 0, 0, 0.0, 0.0
     if spec.basis is Basis.ALLOCATED:
         return vm.vcpus, vm.memory_max, float(vm.vcpus), float(vm.memory_max)
-    cpu = vm.cpu_used if vm.cpu_used is not None else vm.vcpus / spec.cpu_overcommit
+    used = vm.cpu_used  # out of range (load_range): not a measurement, read as none
+    cpu = used if used is not None and in_range(used, vm.vcpus) else vm.vcpus / spec.cpu_overcommit
     mem = vm.memory_used if vm.memory_used is not None else vm.memory_current
     return vm.vcpus, vm.memory_max, cpu, float(mem)
 

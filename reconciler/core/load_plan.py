@@ -5,7 +5,8 @@
   and the spread balance decides on is that of the other hosts. An architecture with such a
   host keeps its heuristic plan (the exact model would place VMs on every host).
 - A short sample that may not be acted on (``LoadView.hold``) holds every balance move.
-- Mandatory moves read whatever figure there is and never wait for load.
+- Mandatory moves read whatever figure there is and never wait for load; a figure out of
+  range (``reconciler.core.load_range``) is none, and a VM without one counts as its fair share.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from datetime import datetime, timedelta
 
 from reconciler.core import backoff
 from reconciler.core.capacity import pct
+from reconciler.core.load_range import in_range
 from reconciler.core.load_view import Unknown
 from reconciler.core.state import Model
 from reconciler.core.steps import Step
-from reconciler.model.load import LoadBasis
+from reconciler.model.load import LoadBasis, LoadSpec
 from reconciler.model.plan import PlanLoad, Reason
 from reconciler.model.snapshot import Snapshot
 
@@ -76,18 +78,31 @@ def cpu_now(model: Model, snapshot: Snapshot) -> dict[str, float]:
             continue
         load = view.vms.get(vm.name)
         now = load.now if load is not None and load.now is not None else None
-        cores = vm.cpu_load if now is None or vm.vcpus == 0 else now  # 0 vCPUs: not running
+        known = now is not None and vm.vcpus > 0 and in_range(now, vm.vcpus)  # 0: not running
+        cores = now if known and now is not None else vm.cpu_load
         sums[h] = sums.get(h, 0.0) + cores
     return {
         h.name: round(pct(sums.get(h.index, 0.0), h.cpu_den), 3) for h in model.hosts if h.known
     }
 
 
-def plan_load(snapshot: Snapshot, unknown: Unknown) -> PlanLoad | None:
-    """What the plan says of its load: the window or the short sample, and what is unknown."""
+def plan_load(snapshot: Snapshot, unknown: Unknown, spec: LoadSpec) -> PlanLoad | None:
+    """What the plan says of its load: the window or the short sample, and what is unknown;
+    for a snapshot no load source read, only what of its own figures is out of range."""
     view = snapshot.load
-    if view is None:
+    if view is None and not unknown.out_of_range:
         return None
+    if view is None:
+        return PlanLoad(
+            source=spec.source.value,
+            basis=LoadBasis.SAMPLE.value,
+            window=spec.window.total_seconds(),
+            statistic=spec.statistic.value,
+            note="the snapshot's own CPU figures",
+            unknown_vms=sorted(unknown.vms),
+            unknown_hosts=sorted(unknown.hosts),
+            out_of_range=dict(sorted(unknown.out_of_range.items())),
+        )
     return PlanLoad(
         source=view.source.value,
         basis=view.basis.value,
@@ -98,4 +113,5 @@ def plan_load(snapshot: Snapshot, unknown: Unknown) -> PlanLoad | None:
         problem=view.problem,
         unknown_vms=sorted(unknown.vms),
         unknown_hosts=sorted(unknown.hosts),
+        out_of_range=dict(sorted(unknown.out_of_range.items())),
     )

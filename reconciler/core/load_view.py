@@ -5,7 +5,10 @@ The load source (``run``'s samples, or Prometheus) gives each VM's figure over t
 :class:`LoadView` saying what the figures were made of: the short sample beside it, the share
 of the window covered, the VMs and hosts whose load is unknown. A VM whose window is unknown
 keeps its short sample (mandatory moves may read it: they never wait for load) and is named,
-so balance does not decide on it (:func:`unknown`).
+so balance does not decide on it (:func:`unknown`). A figure out of range (not a number, below
+zero, above what the VM's vCPUs can use: :mod:`reconciler.core.load_range`) is not used: the
+window is then unknown, a short sample absent (the planner reads a VM without one as its fair
+share), and the VM is named in ``LoadView.out_of_range``.
 
 :func:`short_sample` marks a snapshot whose figures are the observation's own short sample
 (no window at hand); with ``hold`` set, the planner makes no balance move on it.
@@ -14,12 +17,14 @@ so balance does not decide on it (:func:`unknown`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from reconciler.core import load_range
 from reconciler.core.capacity import INACTIVE_STATES
 from reconciler.core.load_window import Figure, Reading, figure, spans_of_points
 from reconciler.core.load_window import spans_of_readings as _spans_of_readings
+from reconciler.model.base import fields_of
 from reconciler.model.load import LoadBasis, LoadSource, LoadSpec, LoadView, VmLoad
 from reconciler.model.quantity import format_duration
 from reconciler.model.snapshot import Snapshot, VmState
@@ -45,20 +50,36 @@ def windowed(
     *,
     pressure: Mapping[str, Figure] | None = None,
     problem: str | None = None,
+    out_of_range: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """``snapshot`` with every VM's ``cpu_used`` its load over the window where known.
 
     ``figures``: VM name -> its figure (a VM without one is unknown); ``pressure``: host ->
     its pressure figure as a share of time (only when the policy reads pressure; a host
-    without a known one is unknown); ``problem``: why the window could not be read at all.
+    without a known one is unknown); ``problem``: why the window could not be read at all;
+    ``out_of_range``: what an earlier look said was out of range (kept for the VMs seen).
     """
     vms: list[VmState] = []
     loads: dict[str, VmLoad] = {}
+    named: dict[str, str] = {}
     for seen in snapshot.vms:
         f = figures.get(seen.name, Figure(None, 0.0))
-        loads[seen.name] = VmLoad(now=seen.cpu_used, window=f.value, covered=round(f.covered, 4))
-        if f.value is not None and _active(seen):
-            seen = seen.model_copy(update={"cpu_used": round(f.value, 4)})  # noqa: PLW2901
+        window, now = f.value, seen.cpu_used
+        bad: list[str] = []
+        if window is not None and not load_range.in_range(window, seen.vcpus):
+            bad.append(load_range.why(window, seen.vcpus, "over the window"))
+            window = None
+        if now is not None and not load_range.in_range(now, seen.vcpus):
+            bad.append(load_range.why(now, seen.vcpus, "in the short sample"))
+            now = None
+            seen = seen.model_copy(update={"cpu_used": None})  # noqa: PLW2901
+        if bad and _active(seen):
+            named[seen.name] = "; ".join(bad)
+        elif out_of_range and seen.name in out_of_range:
+            named[seen.name] = out_of_range[seen.name]
+        loads[seen.name] = VmLoad(now=now, window=window, covered=round(f.covered, 4))
+        if window is not None and _active(seen):
+            seen = seen.model_copy(update={"cpu_used": round(window, 4)})  # noqa: PLW2901
         vms.append(seen)
     points: dict[str, float] = {}
     unknown_hosts: dict[str, str] = {}
@@ -86,6 +107,7 @@ def windowed(
         pressure=points,
         unknown_hosts=unknown_hosts,
         problem=problem,
+        out_of_range=named,
     )
     return snapshot.model_copy(update={"vms": vms, "load": view})
 
@@ -93,18 +115,32 @@ def windowed(
 def short_sample(
     snapshot: Snapshot, spec: LoadSpec, note: str, *, hold: str | None = None
 ) -> Snapshot:
-    """``snapshot`` as observed, marked as read on its own short sample, not the window."""
+    """``snapshot`` as observed, marked as read on its own short sample, not the window; a
+    sample out of range is left out and named."""
+    vms: list[VmState] = []
+    named: dict[str, str] = {}
+    for vm in snapshot.vms:
+        now = vm.cpu_used
+        if now is not None and not load_range.in_range(now, vm.vcpus):
+            if _active(vm):
+                named[vm.name] = load_range.why(now, vm.vcpus, "in the short sample")
+            vm = vm.model_copy(update={"cpu_used": None})  # noqa: PLW2901
+        vms.append(vm)
     view = LoadView(
         source=spec.source,
         basis=LoadBasis.SAMPLE,
         window=spec.window,
         statistic=spec.statistic,
         until=snapshot.taken_at,
-        vms={vm.name: VmLoad(now=vm.cpu_used) for vm in snapshot.vms},
+        vms={vm.name: VmLoad(now=vm.cpu_used) for vm in vms},
+        out_of_range=named,
         note=note,
         hold=hold,
     )
-    return snapshot.model_copy(update={"load": view})
+    update: dict[str, object] = {"load": view}
+    if named or any(v is not w for v, w in zip(vms, snapshot.vms, strict=True)):
+        update["vms"] = vms
+    return snapshot.model_copy(update=update)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,32 +152,98 @@ class Unknown:
     """Host -> why its load is unknown."""
     hold: str | None
     """Why no balance move is made at all (a short sample that may not be acted on)."""
+    out_of_range: Mapping[str, str] = field(default_factory=dict)
+    """VM -> its CPU figures out of range, not used."""
 
 
 NOTHING_UNKNOWN = Unknown(frozenset(), {}, None)
 
 
 def unknown(snapshot: Snapshot) -> Unknown:
-    """The running VMs whose window is unknown, the hosts that carry one (or whose own
-    pressure is unknown), and whether balance is held; nothing without a window."""
+    """The running VMs whose load is unknown (their window, or a figure out of range), the
+    hosts that carry one (or whose own pressure is unknown or out of range), and whether
+    balance is held.
+
+    Figures are checked here again, whatever made the snapshot: one read from a file may
+    carry what no load source would have let through. Without a view of the load (a
+    snapshot saved without it), only its own figures out of range are unknown."""
     view = snapshot.load
+    if view is not None and view.basis is LoadBasis.WINDOW:
+        return _unknown_window(snapshot, view)
+    named = dict(view.out_of_range) if view is not None else {}
+    bad = [vm for vm in snapshot.vms if vm.name in named] if named else []
+    for vm in _out_of_range(snapshot.vms):
+        if vm.name not in named:
+            named[vm.name] = load_range.why(vm.cpu_used or 0.0, vm.vcpus, "as observed")
+            bad.append(vm)
+    hosts: dict[str, str] = dict(view.unknown_hosts) if view is not None else {}
+    vms: set[str] = set()
+    for vm in bad:
+        if _active(vm):
+            vms.add(vm.name)
+            hosts.setdefault(vm.host, f"the load of {vm.name} is out of range: {named[vm.name]}")
     if view is None:
-        return NOTHING_UNKNOWN
-    if view.basis is LoadBasis.SAMPLE:
-        return Unknown(frozenset(), {}, view.hold)
+        return Unknown(frozenset(vms), hosts, None, named) if named else NOTHING_UNKNOWN
+    return Unknown(frozenset(vms), hosts, view.hold, named)
+
+
+def _out_of_range(vms: Sequence[VmState]) -> list[VmState]:
+    """The running VMs whose own ``cpu_used`` is out of range (one pass, fields read as
+    :func:`fields_of` reads them: this runs on every VM of every plan)."""
+    per_vcpu, over = load_range.PER_VCPU, load_range.OVER_CORES
+    found = []
+    for vm in vms:
+        f = fields_of(vm)
+        used = f["cpu_used"]
+        if (
+            used is not None
+            and not 0.0 <= used <= f["vcpus"] * per_vcpu + over
+            and f["state"] not in INACTIVE_STATES
+        ):
+            found.append(vm)
+    return found
+
+
+def _unknown_window(snapshot: Snapshot, view: LoadView) -> Unknown:
+    window = view.window
     vms: set[str] = set()
     hosts: dict[str, str] = dict(view.unknown_hosts)
+    for host, points in view.pressure.items():
+        if not load_range.pressure_in_range(points):
+            hosts[host] = f"its CPU pressure, {points:.4g} points, is out of range"
+    named: dict[str, str] = dict(view.out_of_range)
+    loads = view.vms
+    per_vcpu, over = load_range.PER_VCPU, load_range.OVER_CORES
     for vm in snapshot.vms:
-        load = view.vms.get(vm.name)
-        if _active(vm) and (load is None or load.window is None):
-            vms.add(vm.name)
-            if vm.host not in hosts:
+        f = fields_of(vm)
+        if f["state"] in INACTIVE_STATES:
+            continue
+        name, used, vcpus = f["name"], f["cpu_used"], f["vcpus"]
+        load = loads.get(name)
+        figure = None if load is None else load.window
+        bad = None
+        if used is not None and not 0.0 <= used <= vcpus * per_vcpu + over:
+            bad = load_range.why(used, vcpus, "as observed")
+        elif figure is not None and not 0.0 <= figure <= vcpus * per_vcpu + over:
+            bad = load_range.why(figure, vcpus, "over the window")
+        elif figure is not None:
+            continue  # a window in range: known
+        if bad is not None:
+            named.setdefault(name, bad)
+        vms.add(name)
+        host = f["host"]
+        if host not in hosts:
+            if bad is None and load is not None and name in named:
+                bad = named[name]  # its window was out of range when read
+            if bad is not None:
+                hosts[host] = f"the load of {name} is out of range: {bad}"
+            else:
                 covered = 0.0 if load is None else load.covered
-                hosts[vm.host] = (
-                    f"the load of {vm.name} over the {format_duration(view.window)} window is "
+                hosts[host] = (
+                    f"the load of {name} over the {format_duration(window)} window is "
                     f"unknown (samples cover {covered:.0%} of it)"
                 )
-    return Unknown(frozenset(vms), hosts, view.hold)
+    return Unknown(frozenset(vms), hosts, view.hold, named)
 
 
 def from_readings(
@@ -214,4 +316,12 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
     if view.pressure or view.unknown_hosts:
         pressure = {h: Figure(p / 100.0, 1.0) for h, p in view.pressure.items()}
     spec = LoadSpec(source=view.source, window=view.window, statistic=view.statistic)
-    return windowed(snapshot, spec, figures, view.until, pressure=pressure, problem=view.problem)
+    return windowed(
+        snapshot,
+        spec,
+        figures,
+        view.until,
+        pressure=pressure,
+        problem=view.problem,
+        out_of_range=view.out_of_range,
+    )

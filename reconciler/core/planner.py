@@ -168,7 +168,9 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
         imbalance_rounds=rounds,
         placement=proposed,
         optimal=optimal,
-        load=load_plan.plan_load(snapshot, unknown) if spec.basis is Basis.USED else None,
+        load=load_plan.plan_load(snapshot, unknown, spec.load)
+        if spec.basis is Basis.USED
+        else None,
         backoff=backoff.held(noted, spec.cooldown, now),
     )
 

@@ -24,6 +24,7 @@ from reconciler.core.capacity import (
     weights_of,
 )
 from reconciler.core.hugepages import need_of, rooms
+from reconciler.core.load_range import OVER_CORES, PER_VCPU, pressure_in_range
 from reconciler.core.movable import why_fixed
 from reconciler.core.rules import CompiledRules, DomainCounts, compile_rules, domain_of, new_counts
 from reconciler.model.base import Frozen, fields_of
@@ -278,6 +279,7 @@ def vm_infos(
     of reading them as attributes of a pydantic model."""
     allocated = spec.basis is Basis.ALLOCATED
     overcommit = spec.cpu_overcommit
+    per_vcpu, over = PER_VCPU, OVER_CORES  # load_range.in_range, inline
     new = tuple.__new__
     shared = MigrationClass.SHARED  # an enum's member read from its class costs ~0.15 µs
 
@@ -289,7 +291,11 @@ def vm_infos(
             cpu, mem = float(vcpus), float(memory)
         else:
             used, mem_used = f["cpu_used"], f["memory_used"]
-            cpu = used if used is not None else vcpus / overcommit
+            # a figure out of range (load_range) is no measurement: read as none
+            if used is None or not 0.0 <= used <= vcpus * per_vcpu + over:
+                cpu = vcpus / overcommit
+            else:
+                cpu = used
             mem = float(mem_used if mem_used is not None else f["memory_current"])
         klass = f["migration_class"]
         fixed = None if klass is shared and f["migratable"] else why_fixed(vm, spec)
@@ -418,6 +424,7 @@ def build(
         observed_host.append(-1)
     pressure = snapshot.load.pressure if snapshot.load is not None else {}
     if pressure and spec.basis is Basis.USED:
+        pressure = {h: p for h, p in pressure.items() if pressure_in_range(p)}
         hosts = [
             dataclasses.replace(h, cpu_extra=pressure[h.name] / 100.0 * h.cpu_den)
             if h.name in pressure and h.known

@@ -201,6 +201,11 @@ class LoadView(Frozen):
     problem: str | None = Field(
         default=None, description="Why the window could not be read at all (every VM unknown)."
     )
+    out_of_range: dict[str, str] = Field(
+        default_factory=dict,
+        description="VM -> its CPU figures out of range (not a number, below zero, above what "
+        "its vCPUs can use), which are not used.",
+    )
     note: str | None = Field(
         default=None, description="Said in the plan, e.g. that the load is a short sample."
     )

@@ -174,6 +174,11 @@ class PlanLoad(Frozen):
         default_factory=list,
         description="Hosts whose load is unknown (an unknown VM on them, or their pressure).",
     )
+    out_of_range: dict[str, str] = Field(
+        default_factory=dict,
+        description="VM -> its CPU figures out of range (not a number, below zero, above what "
+        "its vCPUs can use): not used; balance does not decide on the VM's host.",
+    )
 
 
 class Backoff(Frozen):

@@ -192,6 +192,10 @@ def load_texts(load: PlanLoad | None) -> tuple[str, list[str]] | None:
             shown = load.unknown_vms[:20]
             what += f"; VMs {', '.join(shown)}" + (", ..." if len(load.unknown_vms) > 20 else "")
         texts.append(what)
+    if load.out_of_range:
+        named = [f"{vm}: {why}" for vm, why in list(load.out_of_range.items())[:20]]
+        more = "; ..." if len(load.out_of_range) > 20 else ""
+        texts.append(f"out of range, not used: {'; '.join(named)}{more}")
     return title, texts
 
 

@@ -193,7 +193,7 @@ def test_the_exact_model_keeps_pages_within_each_room() -> None:
     # and h2 alike, so both on h1: within its room of 1,024 pages, not of 768
     d = desired([host("h0"), host("h1"), host("h2")], hostLimit=100)
     vms = [paged(vm(n, "h0", cpu_used=4.0), 512) for n in ("a", "b")]
-    vms.append(vm("c", "h2", cpu_used=8.0, memory_gib=8))
+    vms.append(vm("c", "h2", vcpus=4, cpu_used=8.0, memory_gib=8))
 
     def solve(room: int) -> exact.Solution | None:
         hosts = [host_state("h0"), free(host_state("h1"), p2048=room), host_state("h2")]
@@ -344,7 +344,7 @@ def test_a_unit_moving_together_is_summed_against_the_room() -> None:
         [
             paged(vm("x", "h0"), 512),
             paged(vm("y", "h0"), 512),
-            vm("busy", "h2", cpu_used=8.0, migratable=False),
+            vm("busy", "h2", vcpus=4, cpu_used=8.0, migratable=False),
         ],
     )
     p = run(d, s)

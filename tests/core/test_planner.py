@@ -223,7 +223,7 @@ def test_pin_moves_the_vm_to_its_host_and_keeps_it_there() -> None:
     # once there, balance never moves it even though kvm-03 is the hot host
     s2 = snapshot(
         [host_state("kvm-01"), host_state("kvm-02"), host_state("kvm-03")],
-        [vm("erp", "kvm-03", cpu_used=8)],
+        [vm("erp", "kvm-03", vcpus=4, cpu_used=8)],
     )
     assert run(d, s2).moves == []
 
