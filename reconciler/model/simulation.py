@@ -15,6 +15,7 @@ from typing import Final, Literal
 from pydantic import AwareDatetime, Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen
+from reconciler.model.quantity import Size
 
 MIB: Final = 1024**2
 
@@ -61,7 +62,7 @@ class HostKind(Frozen):
         description="Compute of one CPU, relative (MIPS in the literature's set-ups): a VM's "
         "demand in this unit takes demand / speed cores of the host.",
     )
-    memory: int = Field(ge=1, description="Bytes.")
+    memory: Size = Field(description="Bytes, or a size such as 256GiB.")
     power: PowerCurve
     arch: str = "x86_64"
 

@@ -99,7 +99,7 @@ def simulation_svg(report: SimulationReport) -> str:
             f'<rect x="{LEFT}" y="{top}" width="{plot_w}" height="{PANEL_H}" fill="none" '
             'stroke="#bbb"/>'
         )
-        out.append(f'<text x="{LEFT - 4}" y="{top + 10}" text-anchor="end">{peak:g}</text>')
+        out.append(f'<text x="{LEFT - 4}" y="{top + 10}" text-anchor="end">{peak:.3g}</text>')
         out.append(f'<text x="{LEFT - 4}" y="{top + PANEL_H}" text-anchor="end">0</text>')
         for k, s in enumerate(points):
             if not s:

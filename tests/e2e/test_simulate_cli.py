@@ -22,7 +22,7 @@ kind: HostKinds
 kinds:
   - name: box
     cpus: 8
-    memory: 34359738368
+    memory: 32GiB
     power: {idle: 100, peak: 200}
 """
 
@@ -136,3 +136,23 @@ def test_without_a_shape_the_hosts_must_have_been_observed(
     )
     assert unknown.code == EXIT_ERROR
     assert "no host kind 'G9'" in unknown.err
+
+
+def test_a_bad_host_kind_is_named_on_its_line(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
+) -> None:
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(KINDS.replace("cpus: 8", "cpus: many"))
+    done = reconciler(
+        capsys,
+        "simulate",
+        folder,
+        "--trace",
+        planetlab(tmp_path),
+        "--hosts",
+        "3xbox",
+        "--kinds",
+        kinds,
+    )
+    assert done.code == EXIT_ERROR
+    assert f"{kinds}:5:11: error: kinds[0].cpus" in done.err
