@@ -15,7 +15,7 @@ from reconciler.cli import load
 from reconciler.cli.common import EXIT_CHANGES, EXIT_OK, history_for, snapshot_for
 from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ObserveOverrides, SourceRequest
-from reconciler.core import intents, planner
+from reconciler.core import late_moves, planner
 from reconciler.errors import ConfigError
 from reconciler.report import plan_patch
 
@@ -72,7 +72,7 @@ def show_plan(request: PlanRequest) -> int:
         raise ConfigError(str(err)) from None
     now = request.now or datetime.now(UTC)
     # as apply does: the reconciler's own moves whose record was lost are followed, not reverted
-    late = intents.unrecorded_moves(
+    late = late_moves.unrecorded_moves(
         desired.placement.spec.vms, snapshot, loaded.placement_changed_at
     )
     for r in late:
@@ -81,7 +81,7 @@ def show_plan(request: PlanRequest) -> int:
             "placement.yaml does not follow yet: the next acting round records it",
             file=sys.stderr,
         )
-    desired = intents.following(desired, late)
+    desired = late_moves.following(desired, late)
     result = planner.plan(desired, snapshot, history, now=now)
     if request.format == "json":
         from reconciler.report import plan_json

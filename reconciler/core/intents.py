@@ -34,13 +34,11 @@ then, and nothing else would write that record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 from reconciler.core import backoff
-from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
@@ -508,49 +506,6 @@ def _out_of_sight(
     return Unsatisfiable(code=UnsatisfiableCode.POST_COPY_FAILED, vms=[vm.name], message=todo)
 
 
-def unrecorded_moves(
-    placement: Mapping[str, str], snapshot: Snapshot, changed_at: datetime | None
-) -> list[MoveResult]:
-    """The reconciler's own moves of placed VMs that placement.yaml does not follow yet.
-
-    A VM qualifies when it runs (once, not in flight) where its domain says the reconciler
-    moved it, placement puts it where it came from, and placement has not changed since the
-    move. A placement changed after the move is a person's word (e.g. "move it back") and wins;
-    with ``changed_at`` unknown nothing qualifies (the move is reverted as drift, as before).
-    """
-    if changed_at is None:
-        return []
-    sightings: dict[str, int] = {}
-    for vm in snapshot.vms:
-        sightings[vm.name] = sightings.get(vm.name, 0) + 1
-    in_flight = {f.name for f in snapshot.in_flight}
-    out: list[MoveResult] = []
-    for vm in snapshot.vms:
-        r = vm.reconciler
-        if sightings[vm.name] != 1 or vm.name in in_flight or r.intent is not None:
-            continue
-        if r.last_moved_at is None or r.last_moved_at <= changed_at:
-            continue
-        if r.last_moved_from is None or vm.host != r.last_moved_to:
-            continue
-        if placement.get(vm.name) != r.last_moved_from:
-            continue
-        out.append(
-            MoveResult(
-                vm=vm.name,
-                source=r.last_moved_from,
-                target=vm.host,
-                outcome=MoveOutcome.SUCCEEDED,
-                reason="RecordedLate",
-                detail=(f"moved by {r.last_moved_by} " if r.last_moved_by else "moved ")
-                + f"at {r.last_moved_at.isoformat(timespec='seconds')}; "
-                "its record was not written then",
-                started_at=r.last_moved_at,
-            )
-        )
-    return sorted(out, key=lambda m: m.vm)
-
-
 def _moved(vm: str, intent: MoveIntent) -> MoveResult:
     """The record of the move ``intent`` announced, found done from where its VM runs."""
     by = f"moved by {intent.actor} " if intent.actor else "moved "
@@ -564,32 +519,4 @@ def _moved(vm: str, intent: MoveIntent) -> MoveResult:
         + (f" ({intent.reason})" if intent.reason else "")
         + "; its end and its record were not written then",
         started_at=intent.started_at,
-    )
-
-
-def resolved_moves(
-    placement: Mapping[str, str], late: list[MoveResult], resolutions: list[Resolution]
-) -> list[MoveResult]:
-    """``late`` and the moves intents resolved into whose VMs placement already puts where
-    they went (a drift reverted, say): nothing else would record them, the round is in sync.
-    A resolved move that placement does not follow is in ``late`` when placement still names
-    where it came from; placed elsewhere by a person since, it is theirs to undo and the
-    round's move back says where the VM was."""
-    found = {r.vm for r in late}
-    more = [
-        r.moved
-        for r in resolutions
-        if r.moved is not None
-        and r.moved.vm not in found
-        and placement.get(r.moved.vm) == r.moved.target
-    ]
-    return sorted([*late, *more], key=lambda m: m.vm)
-
-
-def following(desired: DesiredState, moves: list[MoveResult]) -> DesiredState:
-    """``desired`` with the placement of ``moves``' VMs set to their targets."""
-    vms = dict(desired.placement.spec.vms) | {r.vm: r.target for r in moves}
-    spec = desired.placement.spec.model_copy(update={"vms": vms})
-    return desired.model_copy(
-        update={"placement": desired.placement.model_copy(update={"spec": spec})}
     )

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from reconciler.core import duplicates, intents, planner, rounds
+from reconciler.core import duplicates, intents, late_moves, planner, rounds
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
@@ -68,10 +68,11 @@ def observed_facts(
     found = duplicates.found(snapshot)
     if found:
         snapshot = duplicates.held(snapshot, found)
-    late = intents.unrecorded_moves(desired.placement.spec.vms, snapshot, placement_changed_at)
-    late = intents.resolved_moves(desired.placement.spec.vms, late, resolutions)
+    late = late_moves.unrecorded_moves(desired.placement.spec.vms, snapshot, placement_changed_at)
+    late = late_moves.resolved_moves(desired.placement.spec.vms, late, resolutions)
+    late = late_moves.owed_moves(desired.placement.spec.vms, snapshot, late)
     if late:
-        desired = intents.following(desired, late)
+        desired = late_moves.following(desired, late)
     down = [h for h in observed.hosts if not h.reachable]
     history = previous.history() if previous is not None else History()
     if history.observed_since is None and not down:

@@ -42,7 +42,13 @@ from reconciler.errors import ReconcilerError
 from reconciler.model.base import HostName
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
-from reconciler.model.snapshot import FailedMove, MoveIntent, Snapshot, VmState
+from reconciler.model.snapshot import (
+    FailedMove,
+    MoveIntent,
+    ReconcilerState,
+    Snapshot,
+    VmState,
+)
 from reconciler.model.status import MoveOutcome, MoveResult
 
 log = logging.getLogger(__name__)
@@ -92,8 +98,13 @@ class Execution:
         gate: Gate | None = None,
         on_event: Callable[[Event], None] = lambda e: None,
         actor: str | None = None,
+        owed: bool = False,
     ) -> None:
         self.desired = desired
+        self.owed = owed
+        """A record of the round follows: each move is marked unrecorded until it is written."""
+        self.written: dict[str, tuple[str, str, ReconcilerState]] = {}
+        """VM -> (host, UUID, record) of each move that succeeded, as written on its domain."""
         self.actor = actor
         """Who moves: written on every intent and every move's record."""
         self.view = AdmissionView(desired, snapshot)
@@ -362,7 +373,8 @@ class Execution:
                 at=now,
                 plan_id=self.plan_id,
                 actor=self.actor,
-            )
+            ).model_copy(update={"unrecorded": self.owed})
+            self.written[m.vm] = (host, seen.uuid, state)
         else:
             host = r.running_on[0] if r.running_on else m.source
             failure = FailedMove(

@@ -57,7 +57,7 @@ from reconciler.model.acting import Record
 from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.plan import Plan
-from reconciler.model.snapshot import Snapshot
+from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import Duplicate, MoveResult, ReconcileStatus, RoundOutcome
 
 if TYPE_CHECKING:  # the rollout engine is imported by the rounds of a cluster with rollouts
@@ -111,6 +111,9 @@ class RoundReport:
     """VMs the observation found on two hosts: none of them was moved."""
     rollouts: RolloutRound | None = None
     """What the rollouts did this round and what they hold out."""
+    marked: dict[str, tuple[str, str, ReconcilerState]] = field(default_factory=dict)
+    """VM -> (host, UUID, record) of the moves marked unrecorded on their domains that this
+    round's record carries: its own, and earlier ones a stopped reconciler left."""
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -237,7 +240,7 @@ def _after(
     if owed and ports.source is not None and report.plan is not None:
         audit = options.audit_trigger
         chosen = audit(report.plan) if audit is not None else options.trigger
-        _leave_record(desired, ports.source, report, options.revision, chosen)
+        _leave_record(desired, ports.source, ports.recorder, report, options.revision, chosen)
     if ports.recovery is not None and report.snapshot is not None and report.counted:
         after = rounds.snapshot_after_moves(report.snapshot, report.results)
         report.status = ports.recovery(desired, after, report.status)
@@ -246,6 +249,7 @@ def _after(
 def _leave_record(
     desired: DesiredState,
     source: DesiredSource,
+    recorder: DomainRecorder,
     report: RoundReport,
     revision: str | None,
     trigger: str,
@@ -280,6 +284,7 @@ def _leave_record(
         return
     report.recorded = recorded.where
     report.placement_written = dict(recorded.written)
+    _unmark(recorder, report)
     report.conflicts = list(recorded.conflicts)
     for line in recorded.conflicts:
         log.warning("placement conflict: %s", line)
@@ -287,6 +292,19 @@ def _leave_record(
         report.status = rounds.status_not_ready(
             report.status, "PlacementConflict", "; ".join(recorded.conflicts), at
         )
+
+
+def _unmark(recorder: DomainRecorder, report: RoundReport) -> None:
+    """The round's record is written: the moves it carries are no longer unrecorded. A mark
+    that cannot be cleared stays; the next round records its move again (late)."""
+    recorded = {r.vm for r in [*report.late, *report.results]}
+    for vm, (host, uuid, state) in sorted(report.marked.items()):
+        if vm not in recorded or not state.unrecorded:
+            continue
+        try:
+            recorder.record(host, vm, state.model_copy(update={"unrecorded": False}), uuid=uuid)
+        except ReconcilerError as err:
+            log.warning("could not mark the move of %s as recorded: %s", vm, err)
 
 
 def _unexpected(err: Exception) -> TerminalError:
@@ -326,6 +344,12 @@ def _round(
     _tell(facts)
     report.duplicates = facts.duplicates
     report.late = facts.late
+    late = {r.vm for r in facts.late}
+    report.marked = {
+        v.name: (v.host, v.uuid, v.reconciler)
+        for v in facts.snapshot.vms
+        if v.reconciler.unrecorded and v.name in late
+    }
     report.snapshot = facts.snapshot
     holds = report.counted
     holding: decide.RolloutHolds | None = None
@@ -376,8 +400,10 @@ def _round(
         gate=_gates(ports.hold, options.gate),
         on_event=options.on_event,
         actor=options.actor,
+        owed=ports.source is not None,
     )
     report.results = execution.run()
+    report.marked.update(execution.written)
 
 
 def _tell(facts: decide.ObservedFacts) -> None:

@@ -150,6 +150,12 @@ class ReconcilerState(Frozen):
     intent: MoveIntent | None = Field(
         default=None, description="A migration started and not yet resolved."
     )
+    unrecorded: bool = Field(
+        default=False,
+        description="The last move is not in the audit trail yet: set with its outcome, "
+        "cleared once the round's record is written; a reconciler stopped in between leaves "
+        "it for the next round to record.",
+    )
 
 
 class VmState(Frozen):

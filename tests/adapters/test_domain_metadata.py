@@ -96,3 +96,24 @@ def test_a_malformed_backoff_reads_as_none() -> None:
     for bad in ("-1", "65", "two"):
         xml = render_metadata({}, STATE).replace('backoff="2"', f'backoff="{bad}"')
         assert parse_metadata(xml).state.backoff == 0
+
+
+def test_a_move_not_yet_recorded_keeps_its_mark_through_the_domain_xml() -> None:
+    from datetime import UTC, datetime
+
+    from reconciler.adapters.libvirt.domain_metadata import parse_metadata, render_metadata
+    from reconciler.model.snapshot import ReconcilerState
+
+    state = ReconcilerState(
+        last_moved_at=datetime(2026, 1, 1, tzinfo=UTC),
+        last_moved_from="kvm-01",
+        last_moved_to="kvm-02",
+        moves=1,
+        unrecorded=True,
+    )
+    xml = render_metadata({}, state)
+    assert 'unrecorded="true"' in xml
+    assert parse_metadata(xml).state == state
+    cleared = state.model_copy(update={"unrecorded": False})
+    assert "unrecorded" not in render_metadata({}, cleared)
+    assert parse_metadata(render_metadata({}, cleared)).state == cleared

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from reconciler.core.intents import foreign, unrecorded_moves
+from reconciler.core.intents import foreign
+from reconciler.core.late_moves import unrecorded_moves
 from reconciler.model.snapshot import InFlight, MoveIntent, ReconcilerState, VmState
 from tests.core.builders import NOW, host_state, snapshot, vm
 

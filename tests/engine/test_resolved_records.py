@@ -67,3 +67,58 @@ def test_a_move_killed_before_its_record_whose_placement_names_the_old_host_is_r
     assert report.results == [], "not moved back"
     [body] = audit_bodies(bare)
     assert len([line for line in body.splitlines() if line.startswith("- vm0: h0 -> h1")]) == 1
+
+
+class Killed(BaseException):
+    """SIGKILL: nothing after it runs, no handler sees it."""
+
+
+def test_a_drift_revert_killed_after_its_outcome_and_before_its_record_is_recorded_by_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vm0 drifted to h1; the round moves it back to h0 and writes the outcome on the domain
+    (the intent is gone), then dies before its record reaches the state directory's queue.
+    Another holder, on another machine (its own state directory, no queue), is in sync and
+    still records the move, once; the mark on the domain goes with it."""
+    fake = FakeCluster(
+        "test",
+        [FakeHost(f"h{i}") for i in range(3)],
+        [FakeVm("vm0", "h1", memory=4 * GIB), FakeVm("vm1", "h0", memory=4 * GIB)],
+    )
+    url, bare = remote(tmp_path, fake, {"vm0": "h0", "vm1": "h0"}, monkeypatch)
+    dying = started(url, tmp_path / "first")
+
+    def killed(record: object) -> object:
+        raise Killed
+
+    monkeypatch.setattr(dying, "record", killed)
+    with pytest.raises(Killed):
+        act(fake, dying)
+    assert (fake.vms["vm0"].host, fake.vms["vm0"].record.intent) == ("h0", None)
+    assert fake.vms["vm0"].record.unrecorded
+    assert audit_bodies(bare) == []
+    fake.clock.advance(timedelta(minutes=5))
+    report = act(fake, started(url, tmp_path / "second"))
+    assert report.results == [], "in sync: nothing moves"
+    [body] = audit_bodies(bare)
+    [line] = [line for line in body.splitlines() if line.startswith("- vm0:")]
+    assert line.startswith("- vm0: h1 -> h0 (RecordedLate): ")
+    assert "Drift" in line
+    assert not fake.vms["vm0"].record.unrecorded
+    fake.clock.advance(timedelta(minutes=5))
+    act(fake, started(url, tmp_path / "second"))
+    assert len(audit_bodies(bare)) == 1
+
+
+def test_a_recorded_move_leaves_no_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCluster(
+        "test",
+        [FakeHost(f"h{i}") for i in range(3)],
+        [FakeVm("vm0", "h1", memory=4 * GIB), FakeVm("vm1", "h0", memory=4 * GIB)],
+    )
+    url, bare = remote(tmp_path, fake, {"vm0": "h0", "vm1": "h0"}, monkeypatch)
+    report = act(fake, started(url, tmp_path))
+    assert [(r.vm, r.target) for r in report.results] == [("vm0", "h0")]
+    assert not fake.vms["vm0"].record.unrecorded
+    assert fake.vms["vm0"].record.last_moved_to == "h0"
+    assert len(audit_bodies(bare)) == 1

@@ -11,7 +11,7 @@ left alone and libvirt keeps it through live migration::
         <placement:state firstSeen="2024-04-02T08:00:00+00:00" moves="3"
                          lastMovedAt="2024-05-01T22:10:03+00:00" lastMovedFrom="kvm-02"
                          lastMovedTo="kvm-01" lastPlan="sha256:..." lastReason="Balance"
-                         backoff="1"/>
+                         backoff="1" unrecorded="true"/>
         <placement:failure at="2024-05-02T01:00:00+00:00" from="kvm-01" to="kvm-03"
                            plan="sha256:..." error="target host unreachable"/>
         <placement:intent startedAt="2024-05-03T02:00:00+00:00" from="kvm-01" to="kvm-02"
@@ -138,6 +138,7 @@ def _parse_state(element: ET.Element) -> ReconcilerState:
         moves=moves,
         last_reason=element.get("lastReason") or None,
         backoff=_count(element, "backoff", 64),
+        unrecorded=element.get("unrecorded") == "true",
     )
 
 
@@ -222,6 +223,8 @@ def render_metadata(
                 attrs.append(f'{attribute}="{_attr(text)}"')
         if state.backoff:
             attrs.append(f'backoff="{state.backoff}"')
+        if state.unrecorded:
+            attrs.append('unrecorded="true"')
         lines.append(f"  <{p}state {' '.join(attrs)}/>")
     if state is not None and state.last_failure is not None:
         f = state.last_failure
