@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from reconciler import config
@@ -16,10 +14,12 @@ from reconciler.cli.common import (
     EXIT_OK,
     Subparsers,
     add_repo_arguments,
+    add_snapshot_argument,
     cluster_folder,
     usage_errors_exit_1,
 )
 from reconciler.cli.history import duration
+from reconciler.cli.simulating import SimulateRequest, simulate, write_text
 from reconciler.errors import ConfigError
 from reconciler.model.desired import DesiredState
 
@@ -66,19 +66,13 @@ def register(sub: Subparsers) -> None:
         help="another BalancePolicy to compare with the folder's own (repeatable)",
     )
     add_repo_arguments(p)
-    p.add_argument("--base", metavar="REF", help="with --repo: the revision compared against")
-    p.add_argument("--head", metavar="REF", help="with --repo: the revision under review")
+    p.add_argument("--base", metavar="REF", help="the revision reviewed against")
+    p.add_argument("--head", metavar="REF", help="the revision under review")
     p.add_argument(
         "--hosts", metavar="SHAPE", help="a what-if cluster, e.g. 400xG4,400xG5 (COUNTxKIND)"
     )
     p.add_argument("--kinds", type=Path, metavar="FILE", help="a HostKinds file for --hosts")
-    p.add_argument(
-        "--snapshot",
-        type=Path,
-        metavar="FILE",
-        help="the cluster as observed (observe --format json): hosts' CPUs and memory, VMs' "
-        "sizes and where they run at the start",
-    )
+    add_snapshot_argument(p)
     p.add_argument(
         "--for",
         dest="period",
@@ -99,26 +93,7 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-@dataclass(frozen=True)
-class SimulateRequest:
-    path: Path | None
-    trace: Path
-    policies: tuple[Path, ...]
-    repo: str | None
-    branch: str
-    cache_dir: Path | None
-    base: str | None
-    head: str | None
-    hosts: str | None
-    kinds: Path | None
-    snapshot: Path | None
-    period: timedelta | None
-    literature: bool
-    format: str
-    chart: Path | None
-
-
-def request_of(args: argparse.Namespace) -> SimulateRequest:
+def request(args: argparse.Namespace) -> SimulateRequest:
     if args.trace is None:
         raise ConfigError("no load to replay", hint="give --trace PATH")
     if (args.base is None) != (args.head is None):
@@ -147,19 +122,17 @@ def request_of(args: argparse.Namespace) -> SimulateRequest:
 
 
 def run(args: argparse.Namespace) -> int:
-    request = request_of(args)
-    from reconciler.cli import simulating
-
-    report = simulating.simulate(request, _policies(request))
+    wanted = request(args)
+    report = simulate(wanted, _policies(wanted))
     from reconciler.report import simulation_report as out
 
-    if request.chart is not None:
-        simulating.write_text(request.chart, out.simulation_svg(report))
-        print(f"chart written to {request.chart}", file=sys.stderr)
-    if request.format == "json":
+    if wanted.chart is not None:
+        write_text(wanted.chart, out.simulation_svg(report))
+        print(f"chart written to {wanted.chart}", file=sys.stderr)
+    if wanted.format == "json":
         sys.stdout.write(out.simulation_json(report))
-    elif request.format == "markdown":
-        chart = request.chart.name if request.chart is not None else None
+    elif wanted.format == "markdown":
+        chart = wanted.chart.name if wanted.chart is not None else None
         sys.stdout.write(out.simulation_markdown(report, chart))
     else:
         sys.stdout.write(out.simulation_text(report))

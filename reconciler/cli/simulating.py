@@ -1,9 +1,12 @@
-"""What ``simulate`` runs once its request is parsed: the trace read, the cluster made (a
-what-if shape, or PATH's hosts as a snapshot saw them), every policy replayed."""
+"""What ``simulate`` runs once its request (``SimulateRequest``) is parsed: the trace read,
+the cluster made (a what-if shape, or PATH's hosts as a snapshot saw them), every policy
+replayed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,9 +15,28 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.simulation import HostKind, SimulationReport
 
 if TYPE_CHECKING:
-    from reconciler.cli.simulate import SimulateRequest
     from reconciler.core.simulation.trace import Trace
     from reconciler.model.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    path: Path | None
+    trace: Path
+    policies: tuple[Path, ...]
+    repo: str | None
+    branch: str
+    cache_dir: Path | None
+    base: str | None
+    head: str | None
+    hosts: str | None
+    kinds: Path | None
+    snapshot: Path | None
+    period: timedelta | None
+    literature: bool
+    format: str
+    chart: Path | None
+
 
 GIB = 1024**3
 DEFAULT_MEMORY = GIB
