@@ -16,12 +16,13 @@ share), and the VM is named in ``LoadView.out_of_range``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.core import load_range
+from reconciler.core import load_range, load_series
 from reconciler.core.capacity import INACTIVE_STATES
+from reconciler.core.load_series import Series
 from reconciler.core.load_window import Figure, Reading, figure, spans_of_points
 from reconciler.core.load_window import spans_of_readings as _spans_of_readings
 from reconciler.model.base import fields_of
@@ -51,13 +52,15 @@ def windowed(
     pressure: Mapping[str, Figure] | None = None,
     problem: str | None = None,
     out_of_range: Mapping[str, str] | None = None,
+    duplicates: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """``snapshot`` with every VM's ``cpu_used`` its load over the window where known.
 
     ``figures``: VM name -> its figure (a VM without one is unknown); ``pressure``: host ->
     its pressure figure as a share of time (only when the policy reads pressure; a host
     without a known one is unknown); ``problem``: why the window could not be read at all;
-    ``out_of_range``: what an earlier look said was out of range (kept for the VMs seen).
+    ``out_of_range``: what an earlier look said was out of range (kept for the VMs seen);
+    ``duplicates``: VM -> the series it was seen in at once, counted once.
     """
     vms: list[VmState] = []
     loads: dict[str, VmLoad] = {}
@@ -108,6 +111,7 @@ def windowed(
         unknown_hosts=unknown_hosts,
         problem=problem,
         out_of_range=named,
+        duplicates={n: duplicates[n] for n in loads if n in duplicates} if duplicates else {},
     )
     return snapshot.model_copy(update={"vms": vms, "load": view})
 
@@ -272,10 +276,12 @@ def from_points(
     now: datetime,
     *,
     host_points: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    duplicates: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """``snapshot`` with each VM's load over the window ending ``now`` from rate points
     (Prometheus: name -> ``(time, cores)`` every ``sampleEvery``); ``host_points``: host ->
-    ``(time, share of time under pressure)``, when the policy reads pressure."""
+    ``(time, share of time under pressure)``, when the policy reads pressure; ``duplicates``:
+    VM -> the series it was seen in at once."""
     end = now.timestamp()
     start = end - spec.window.total_seconds()
     step = spec.sample_every.total_seconds()
@@ -289,7 +295,25 @@ def from_points(
             host: figure(spans_of_points(points, step), start, end, spec.statistic)
             for host, points in host_points.items()
         }
-    return windowed(snapshot, spec, figures, now, pressure=pressure)
+    return windowed(snapshot, spec, figures, now, pressure=pressure, duplicates=duplicates)
+
+
+def from_series(
+    snapshot: Snapshot,
+    spec: LoadSpec,
+    vm_series: Iterable[Series],
+    now: datetime,
+    *,
+    host_series: Iterable[Series] | None = None,
+) -> Snapshot:
+    """``snapshot`` with each VM's load over the window ending ``now`` from the series of a
+    range query (Prometheus), each VM's joined by its name and UUID
+    (:mod:`reconciler.core.load_series`); ``host_series``: the hosts' pressure, when read."""
+    joined = load_series.by_vm(vm_series, snapshot.vms)
+    hosts = load_series.by_host(host_series) if host_series is not None else None
+    return from_points(
+        snapshot, spec, joined.points, now, host_points=hosts, duplicates=joined.duplicates
+    )
 
 
 def failed(snapshot: Snapshot, spec: LoadSpec, problem: str, now: datetime) -> Snapshot:
@@ -324,4 +348,5 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
         pressure=pressure,
         problem=view.problem,
         out_of_range=view.out_of_range,
+        duplicates=view.duplicates,
     )

@@ -25,9 +25,11 @@ missing (a new VM, a gap in sampling, Prometheus not answering) is unknown, neve
 MAX_SAMPLES: Final = 720
 """Samples of one VM a window may hold (``window / sampleEvery``): 6h at 30s. Bounds what
 ``run`` keeps per VM and the points a Prometheus range query returns per series."""
-DEFAULT_VM_CPU: Final = "sum by (domain) (rate(libvirt_domain_info_cpu_time_seconds_total[1m]))"
-"""CPU cores each VM used, by its ``domain`` label (the libvirt domain name), from Debian's
-prometheus-libvirt-exporter; ``sum by`` joins the series of a VM that moved between hosts."""
+DEFAULT_VM_CPU: Final = "rate(libvirt_domain_info_cpu_time_seconds_total[1m])"
+"""CPU cores each VM used, from Debian's prometheus-libvirt-exporter: one series per domain
+and exporter, labelled ``domain`` (the libvirt domain name) and ``uuid``. Not summed: the
+reconciler joins a VM's series itself (``reconciler.core.load_series``), following the VM by
+its UUID and counting it once where several jobs scrape it."""
 DEFAULT_PROMETHEUS_URL: Final = "http://127.0.0.1:9090"
 
 Window = Annotated[
@@ -105,8 +107,10 @@ class PrometheusSpec(Frozen):
         default=DEFAULT_VM_CPU,
         min_length=1,
         alias="vmCpu",
-        description="PromQL giving the CPU cores each VM uses at an instant, one series per VM "
-        "labelled domain=<VM name>; evaluated over the window at a step of sampleEvery.",
+        description="PromQL giving the CPU cores each VM uses at an instant, its series "
+        "labelled domain=<VM name> (and uuid=<domain UUID> where the exporter gives it); "
+        "evaluated over the window at a step of sampleEvery. Series of one VM at the same "
+        "instant count once (the largest), not summed.",
     )
     host_pressure: str | None = Field(
         default=None,
@@ -205,6 +209,11 @@ class LoadView(Frozen):
         default_factory=dict,
         description="VM -> its CPU figures out of range (not a number, below zero, above what "
         "its vCPUs can use), which are not used.",
+    )
+    duplicates: dict[str, str] = Field(
+        default_factory=dict,
+        description="VM -> the series it was seen in at once for most of the window (the "
+        "same exporter scraped twice): counted once, the largest at each instant.",
     )
     note: str | None = Field(
         default=None, description="Said in the plan, e.g. that the load is a short sample."

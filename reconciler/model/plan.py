@@ -179,6 +179,11 @@ class PlanLoad(Frozen):
         description="VM -> its CPU figures out of range (not a number, below zero, above what "
         "its vCPUs can use): not used; balance does not decide on the VM's host.",
     )
+    duplicates: dict[str, str] = Field(
+        default_factory=dict,
+        description="VM -> the series it was seen in at once (the same exporter scraped by "
+        "several jobs): counted once, not summed.",
+    )
 
 
 class Backoff(Frozen):

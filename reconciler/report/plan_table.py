@@ -196,6 +196,10 @@ def load_texts(load: PlanLoad | None) -> tuple[str, list[str]] | None:
         named = [f"{vm}: {why}" for vm, why in list(load.out_of_range.items())[:20]]
         more = "; ..." if len(load.out_of_range) > 20 else ""
         texts.append(f"out of range, not used: {'; '.join(named)}{more}")
+    if load.duplicates:
+        seen = [f"{vm}: {which}" for vm, which in list(load.duplicates.items())[:20]]
+        more = "; ..." if len(load.duplicates) > 20 else ""
+        texts.append(f"seen in several series at once, counted once: {'; '.join(seen)}{more}")
     return title, texts
 
 
@@ -272,8 +276,16 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
     load = load_texts(plan.load)
     if load is not None:
         out.extend(textwrap.wrap(load[0], WIDTH, subsequent_indent=INDENT))
-        for text in load[1]:
-            out.extend(textwrap.wrap(text, WIDTH, initial_indent=INDENT, subsequent_indent=INDENT))
+        for text in load[1]:  # names and labels whole: never wrapped at a hyphen in them
+            out.extend(
+                textwrap.wrap(
+                    text,
+                    WIDTH,
+                    initial_indent=INDENT,
+                    subsequent_indent=INDENT,
+                    break_on_hyphens=False,
+                )
+            )
 
     cols = _Columns([*plan.moves, *plan.deferred])
     out.append("")

@@ -38,7 +38,7 @@ def test_a_server_that_trickles_is_given_up_at_the_query_deadline(where: str) ->
             PrometheusClient(spec(server.url, timeout="1s")) as client,
             pytest.raises(MetricsUnavailable, match="did not answer within 1s") as err,
         ):
-            client.range_query("q", start=0, end=600, step=15, label="domain")
+            client.range_query("q", start=0, end=600, step=15)
         took = time.monotonic() - started
     # ended near the deadline, not when the server stopped sending (30 s)
     assert 0.9 < took < 4, took
@@ -69,7 +69,7 @@ def test_an_answer_over_the_size_cap_is_read_no_further() -> None:
                 PrometheusClient(spec(server.url, maxAnswer="1MiB")) as client,
                 pytest.raises(MetricsError, match="larger than 1MiB") as err,
             ):
-                client.range_query("q", start=0, end=600, step=15, label="domain")
+                client.range_query("q", start=0, end=600, step=15)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -89,11 +89,11 @@ def test_an_answer_whose_length_is_over_the_cap_is_not_read() -> None:
             PrometheusClient(spec(server.url, maxAnswer="64KiB")) as client,
             pytest.raises(MetricsError, match="larger than 64KiB"),
         ):
-            client.range_query("q", start=0, end=600, step=15, label="domain")
+            client.range_query("q", start=0, end=600, step=15)
         assert server.sent == 0 or server.sent < 1 * MIB
         # under the cap, the same answer is read in full
         with PrometheusClient(spec(server.url, maxAnswer="4MiB")) as client:
-            series = client.range_query("q", start=0, end=600, step=15, label="domain")
+            series = client.range_query("q", start=0, end=600, step=15)
     assert len(series) == 400
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from reconciler.adapters.load.sources import PrometheusLoad, WindowedObserver
 from reconciler.adapters.prometheus.client import PrometheusClient
+from reconciler.core.load_series import by_vm
 from reconciler.core.load_view import unknown
 from reconciler.core.planner import plan
 from reconciler.errors import MetricsError, MetricsUnavailable
@@ -60,6 +61,24 @@ def openmetrics() -> str:
             lines.append(
                 f'libvirt_domain_info_cpu_time_seconds_total{{domain="{domain}",'
                 f'instance="{instance}"}} {total:.3f} {t}'
+            )
+    # "reborn" was deleted two minutes before the end and created again under its name (a new
+    # UUID, a counter from zero); "tripled" is scraped from one exporter by three jobs
+    for uuid, since, until, used in (("old", -HOURS * 3600, -120, 2.0), ("", -105, 0, 0.1)):
+        total = 100.0
+        for t in range(END + since, END + until + 1, STEP):
+            total += used * STEP
+            lines.append(
+                f'libvirt_domain_info_cpu_time_seconds_total{{domain="reborn",'
+                f'uuid="uuid-reborn{uuid and "-" + uuid}",instance="b:9177"}} {total:.3f} {t}'
+            )
+    for job in ("libvirt", "libvirt-dr", "federate"):
+        total = 100.0
+        for t in range(END - HOURS * 3600, END + 1, STEP):
+            total += 0.5 * STEP
+            lines.append(
+                f'libvirt_domain_info_cpu_time_seconds_total{{domain="tripled",'
+                f'instance="b:9177",job="{job}"}} {total:.3f} {t}'
             )
     lines.append("# HELP node_pressure_cpu_waiting_seconds Time tasks waited for a CPU.")
     lines.append("# TYPE node_pressure_cpu_waiting_seconds counter")
@@ -148,9 +167,8 @@ def test_the_window_wins_over_the_latest_instant(prometheus: str) -> None:
     assert not unknown(out).vms
     # the latest instant alone (a 1-minute window read as max over its one step)
     with PrometheusClient(spec_for(prometheus).prometheus) as client:
-        instant = client.range_query(
-            SPEC.prometheus.vm_cpu, start=END, end=END, step=STEP, label="domain"
-        )
+        series = client.range_query(SPEC.prometheus.vm_cpu, start=END, end=END, step=STEP)
+    instant = {s.labels["domain"]: s.points for s in series}
     assert instant["spike"][0][1] > instant["steady"][0][1]
 
 
@@ -203,12 +221,25 @@ def test_a_new_vm_and_a_vm_of_another_label_are_unknown_not_idle(prometheus: str
     assert out.load.vms["newcomer"].window is None
 
 
+def test_a_reborn_vm_and_one_scraped_by_three_jobs_on_the_default_query(prometheus: str) -> None:
+    snap = observed()
+    again = vm("reborn", "b", cpu_used=0.1)  # its UUID is uuid-reborn, the old one's another
+    snap = snap.model_copy(update={"vms": [*snap.vms, again, vm("tripled", "b", cpu_used=0.5)]})
+    out = PrometheusLoad().window(snap, spec_for(prometheus), at_end())
+    assert out.load is not None
+    # summed by domain, the new VM read the old one's 2 cores over most of the window
+    assert out.load.vms["reborn"].window is None
+    assert out.load.vms["reborn"].covered < 0.3
+    assert "reborn" in unknown(out).vms
+    # summed, three jobs read 1.5 cores; counted once, 0.5, and said
+    assert out.load.vms["tripled"].window == pytest.approx(0.5, abs=0.02)
+    assert out.load.duplicates == {"tripled": "3 series (job: federate, libvirt, libvirt-dr)"}
+
+
 def test_a_refused_query_is_a_metrics_error_and_unknown_load(prometheus: str) -> None:
     spec = spec_for(prometheus, vmCpu="rate(libvirt_domain_info_cpu_time_seconds_total[1m]")
     with PrometheusClient(spec.prometheus) as client, pytest.raises(MetricsError) as err:
-        client.range_query(
-            spec.prometheus.vm_cpu, start=END - 60, end=END, step=STEP, label="domain"
-        )
+        client.range_query(spec.prometheus.vm_cpu, start=END - 60, end=END, step=STEP)
     assert "refused" in err.value.message
     assert "bad_data" in err.value.message
     out = PrometheusLoad().window(observed(), spec, at_end())
@@ -224,7 +255,7 @@ def test_a_prometheus_that_is_down_gives_unknown_load() -> None:
         PrometheusClient(spec_for(url).prometheus) as client,
         pytest.raises(MetricsUnavailable, match="could not be reached"),
     ):
-        client.range_query("up", start=0, end=60, step=15, label="domain")
+        client.range_query("up", start=0, end=60, step=15)
     observer = WindowedObserver(
         _Fixed(observed()), spec_for(url), PrometheusLoad(), lambda: at_end()
     )
@@ -261,7 +292,7 @@ def test_a_prometheus_that_hangs_is_given_up_within_the_timeout() -> None:
             PrometheusClient(spec.prometheus) as client,
             pytest.raises(MetricsUnavailable, match="did not answer within 1s"),
         ):
-            client.range_query("up", start=0, end=60, step=15, label="domain")
+            client.range_query("up", start=0, end=60, step=15)
         assert time.monotonic() - started < 10
         for conn in held:
             conn.close()
@@ -283,7 +314,7 @@ def test_the_token_goes_only_in_the_header(monkeypatch: pytest.MonkeyPatch) -> N
     with PrometheusClient(spec_for("http://127.0.0.1:1").prometheus) as client:
         assert "s3cret" not in repr(client)
         with pytest.raises(MetricsUnavailable) as err:
-            client.range_query("up", start=0, end=60, step=15, label="domain")
+            client.range_query("up", start=0, end=60, step=15)
     assert "s3cret" not in str(err.value)
 
 
@@ -314,10 +345,16 @@ def test_bad_series_are_left_out_and_a_bad_answer_is_an_error() -> None:
 
     spec = spec_for("http://prometheus.invalid").prometheus
     with PrometheusClient(spec, transport=httpx.MockTransport(answer)) as client:
-        assert client.range_query("q", start=0, end=3, step=1, label="domain") == {
-            "a": [(1.0, 0.75)]
-        }
+        series = client.range_query("q", start=0, end=3, step=1)
+        assert [(dict(s.labels), list(s.points)) for s in series] == [
+            ({"domain": "a"}, [(1.0, 0.5)]),
+            ({"domain": "a"}, [(1.0, 0.25)]),
+            ({"vm": "b"}, [(1.0, 1.0)]),
+        ]
+        # joined by the core: the VM's two series at one instant count once, the largest
+        joined = by_vm(series, [vm("a", "x"), vm("b", "x")])
+        assert joined.points == {"a": [(1.0, 0.5)]}
         with pytest.raises(MetricsError, match="answered a vector"):
-            client.range_query("q", start=0, end=3, step=1, label="domain")
+            client.range_query("q", start=0, end=3, step=1)
         with pytest.raises(MetricsError, match="refused"):
-            client.range_query("q", start=0, end=3, step=1, label="domain")
+            client.range_query("q", start=0, end=3, step=1)

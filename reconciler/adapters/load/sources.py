@@ -81,7 +81,8 @@ class SamplesLoad:
 
 class PrometheusLoad:
     """The window from Prometheus: one range query for every VM (and one for the hosts'
-    pressure, when the policy reads it) each time."""
+    pressure, when the policy reads it) each time; each VM's series joined by its name and
+    UUID, counted once where several series give it at once."""
 
     def __init__(self, client: Callable[[LoadSpec], PrometheusClient] | None = None) -> None:
         self._client = client or (lambda spec: PrometheusClient(spec.prometheus))
@@ -92,20 +93,18 @@ class PrometheusLoad:
         step = spec.sample_every.total_seconds()
         client = self._client(spec)
         try:
-            vms = client.range_query(
-                spec.prometheus.vm_cpu, start=start, end=end, step=step, label="domain"
-            )
+            vms = client.range_query(spec.prometheus.vm_cpu, start=start, end=end, step=step)
             hosts = None
             if spec.prometheus.host_pressure is not None:
                 hosts = client.range_query(
-                    spec.prometheus.host_pressure, start=start, end=end, step=step, label="host"
+                    spec.prometheus.host_pressure, start=start, end=end, step=step
                 )
         except ReconcilerError as err:
             log.warning("load over the window unknown: %s", err)
             return load_view.failed(snapshot, spec, err.message, now)
         finally:
             client.close()
-        return load_view.from_points(snapshot, spec, vms, now, host_points=hosts)
+        return load_view.from_series(snapshot, spec, vms, now, host_series=hosts)
 
 
 class WindowedObserver:

@@ -9,8 +9,9 @@ time is up). The answer is streamed and read no further than ``maxAnswer`` bytes
 Errors become the project's: no answer, a deadline passed, 429 or 5xx are
 ``MetricsUnavailable`` (the next round asks again), a refused query (400, 422: bad PromQL;
 401, 403), an answer over the size cap or one that is not a matrix is ``MetricsError`` with
-Prometheus's own words. A series without the label that names it is left out, and so is a
-value that is not a number: a bad series never fails the round.
+Prometheus's own words. Each series comes back with its labels, for the core to join
+(``reconciler.core.load_series``); a value that is not a number, or a series that is not one,
+is left out: a bad series never fails the round.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from typing import Any
 
 import httpx
 
+from reconciler.core.load_series import Series
 from reconciler.errors import MetricsError, MetricsUnavailable
 from reconciler.model.load import PrometheusSpec
 from reconciler.model.quantity import format_size
 from reconciler.redact import scrub
 
 TOKEN_ENV = "RECONCILER_PROMETHEUS_TOKEN"
-Points = dict[str, list[tuple[float, float]]]
-"""Label value -> (time, value) points, in time order."""
 
 
 class _Deadline:
@@ -127,11 +127,9 @@ class PrometheusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def range_query(
-        self, query: str, *, start: float, end: float, step: float, label: str
-    ) -> Points:
-        """``query`` evaluated every ``step`` seconds from ``start`` to ``end``, by the value
-        of ``label`` of each series (series of the same value are added up)."""
+    def range_query(self, query: str, *, start: float, end: float, step: float) -> list[Series]:
+        """``query`` evaluated every ``step`` seconds from ``start`` to ``end``: each series
+        with its labels and its points in time order."""
         where = f"Prometheus at {scrub(self.url)}"
         params: Mapping[str, str] = {
             "query": query,
@@ -175,7 +173,7 @@ class PrometheusClient:
             raise MetricsError(
                 f"{where} refused {query!r}: {status} {_error_text(body)}", hint=hint
             )
-        return _points(body, label, where)
+        return _series(body, where)
 
     def _get(
         self, url: str, params: Mapping[str, str], deadline: _Deadline
@@ -211,7 +209,7 @@ def _error_text(body: Mapping[str, Any]) -> str:
     return "no error text"
 
 
-def _points(body: Mapping[str, Any], label: str, where: str) -> Points:
+def _series(body: Mapping[str, Any], where: str) -> list[Series]:
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         kind = data.get("resultType") if isinstance(data, dict) else None
@@ -220,22 +218,17 @@ def _points(body: Mapping[str, Any], label: str, where: str) -> Points:
             hint="check the query in spec.load.prometheus",
         )
     result = data.get("result")
-    out: dict[str, dict[float, float]] = {}
+    out: list[Series] = []
     for series in result if isinstance(result, list) else []:
         if not isinstance(series, dict):
             continue
-        metric = series.get("metric")
-        name = metric.get(label) if isinstance(metric, dict) else None
-        values = series.get("values")
-        if not isinstance(name, str) or not name or not isinstance(values, list):
+        metric, values = series.get("metric"), series.get("values")
+        if not isinstance(metric, dict) or not isinstance(values, list):
             continue
-        points = out.setdefault(name, {})
-        for pair in values:
-            point = _point(pair)
-            if point is not None:
-                t, v = point
-                points[t] = points.get(t, 0.0) + v
-    return {name: sorted(points.items()) for name, points in out.items()}
+        labels = {k: v for k, v in metric.items() if isinstance(k, str) and isinstance(v, str)}
+        points = {p[0]: p[1] for p in map(_point, values) if p is not None}
+        out.append(Series(labels, sorted(points.items())))
+    return out
 
 
 def _point(pair: object) -> tuple[float, float] | None:
