@@ -3,8 +3,9 @@
 git runs only through ``GitRunner`` (``git_runner``): every call has a timeout, never prompts,
 and never carries a credential on its command line or into the clone's ``.git/config``
 (the clone's ``origin`` is the URL without userinfo; the credential travels in git's
-environment). No ``Repo`` object stays open between calls, so a daemon's descriptors and
-child processes stay flat (``tests/adapters/test_git_repo.py`` counts them).
+environment). Branch heads are read through GitPython (``refs.py``), in this process: no git
+is started for them. No ``Repo`` object stays open between calls, so a daemon's descriptors
+and child processes stay flat (``tests/adapters/test_git_repo.py`` counts them).
 
 Commits are made with plumbing (a private index, ``commit-tree``), never in the work tree,
 so reading a checkout and writing a proposal do not disturb each other. Several processes
@@ -34,6 +35,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from reconciler.adapters.git.refs import ReadByGit, read_ref
 from reconciler.adapters.git.runner import GitRunner, Remote, detail
 from reconciler.errors import DocumentError, GitError, PushRejected, RemoteUnreachable
 from reconciler.model.audit import RepoCommit
@@ -213,13 +215,19 @@ class GitStateRepo:
         return out[0]
 
     def head(self, branch: str) -> str | None:
-        """The last fetched commit of ``branch`` on the remote, or None if it has none."""
+        """The last fetched commit of ``branch`` on the remote, or None if it has none.
+
+        Read through GitPython (``refs.py``): no process; git is asked where GitPython would
+        not read the refs as git does."""
+        self._ensure_clone()
+        ref = f"refs/remotes/origin/{branch}"
+        try:
+            return read_ref(self.path / ".git", ref)
+        except ReadByGit:
+            pass
         try:
             return (
-                self._git(
-                    "rev-parse", "--verify", "--quiet", f"refs/remotes/origin/{branch}^{{commit}}"
-                ).strip()
-                or None
+                self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip() or None
             )
         except GitError:
             return None
@@ -457,13 +465,15 @@ class GitStateRepo:
         """The commit ``ref`` names: a branch of the remote, else anything ``git rev-parse``
         reads in the clone (a commit id, a tag), else fetched from the remote by that name (a
         pull request's head commit or ``refs/pull/N/head``). None when none of these is one."""
-        for candidate in (f"refs/remotes/origin/{ref}", ref):
-            try:
-                sha = self._git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
-            except GitError:
-                continue
-            if sha.strip():
-                return sha.strip()
+        branch = self.head(ref)
+        if branch is not None:
+            return branch
+        try:
+            sha = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+        except GitError:
+            sha = ""
+        if sha:
+            return sha
         try:
             with self._locked():
                 self._git("fetch", "--quiet", "origin", ref)

@@ -22,6 +22,23 @@ The state repository (``git_repo``) and the lease (``lease_git``) both run git t
   putting it in the URL at all; a credential in the URL wins over the environment.
 - **Errors.** A failing command raises GitError with git's message; every message is
   scrubbed (``reconciler.redact``), and the password and the header are registered there.
+
+**Why not GitPython's ``Git.execute``** (GitPython reads the clone's refs, ``refs.py``). With
+``kill_after_timeout``, ``env`` and ``with_extended_output`` it would break three of the rules
+above; the first two are pinned by tests that fail when git runs through it
+(``tests/adapters/test_git_runner.py``, ``test_git_timeouts.py``):
+
+- it builds git's environment from this process's and can only add to it (``env`` and
+  ``update_environment`` set variables, never remove one), so ``RECONCILER_GIT_TOKEN``,
+  ``RECONCILER_FORGE_TOKEN`` and a caller's ``GIT_DIR`` reach git, its hooks and the
+  remote's upload-pack; an empty value is no way out (``GIT_DIR=`` is a repository to git);
+- it reads stdout and stderr to their end (``communicate``), so a process git started that
+  keeps them open (an ssh ``ControlPersist`` master) holds a call git finished at once until
+  that process ends, and turns it into a timeout;
+- its timeout kills the processes ``pgrep -P`` finds under git at that moment, not git's
+  process group: a helper started in between or one that left the tree outlives it.
+
+It reads stderr whole too, where this runner keeps a bounded part.
 """
 
 from __future__ import annotations
