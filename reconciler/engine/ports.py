@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # only named in signatures: a command imports the models it u
     from reconciler.model.audit import Comment, PullRequest, RepoCommit
     from reconciler.model.load import LoadSamples
     from reconciler.model.plan import Move
+    from reconciler.model.power import HostPower, PowerBook
     from reconciler.model.recovery import (
         Fence,
         FenceResult,
@@ -164,6 +165,34 @@ class Restarter(Protocol):
         """What libvirt on ``host`` says when asked now (a connection and one call, within
         the connection's timeout), e.g. its version; None when it does not answer."""
         ...
+
+
+class PowerSwitch(Protocol):
+    """Switches hosts' power through their BMCs (``Cluster.spec.hosts[].power``): Redfish,
+    IPMI, Wake-on-LAN or a command. Every call has the host's ``timeout``; credentials come
+    from the reconciler's environment and never reach an error message."""
+
+    def power_state(self, host: str, power: HostPower) -> PowerStatus:
+        """What the BMC says now: on, off or unknown (with why)."""
+        ...
+
+    def power_on(self, host: str, power: HostPower) -> None:
+        """Ask the BMC to power the host on; ReconcilerError when it refuses or does not
+        answer. Returns once asked: the boot is watched by the caller."""
+        ...
+
+    def power_off(self, host: str, power: HostPower) -> None:
+        """Ask the BMC for a graceful shutdown (forced when the driver has no other); the
+        caller reads ``power_state`` until it says off."""
+        ...
+
+
+class PowerStore(Protocol):
+    """The power state of one cluster (standby hosts, boots, intents), between rounds."""
+
+    def load(self) -> PowerBook | None: ...
+
+    def save(self, book: PowerBook) -> None: ...
 
 
 class RecoveryStore(Protocol):

@@ -15,6 +15,7 @@ from reconciler.model.base import (
     Metadata,
     RefSafeHostName,
 )
+from reconciler.model.power import HostPower
 from reconciler.model.quantity import (
     DURATION_PATTERN,
     Duration,
@@ -115,6 +116,11 @@ class Host(Frozen):
         default_factory=Migration, description="Overrides defaults.migration."
     )
     fence: Fence | None = Field(default=None, description="Overrides defaults.fence.")
+    power: HostPower | None = Field(
+        default=None,
+        description="How the reconciler powers the host off and on (power saving, "
+        "docs/power.md); none: it is never powered off.",
+    )
 
 
 PositiveDuration = Annotated[

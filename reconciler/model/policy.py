@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from reconciler.model.base import ApiVersion, Frozen, Metadata
 from reconciler.model.load import LoadSpec
+from reconciler.model.power import PowerSpec
 from reconciler.model.quantity import Duration, Percent, duration_within
 from reconciler.model.recovery import RecoverySpec
 
@@ -292,6 +293,11 @@ class BalancePolicySpec(Frozen):
     recovery: RecoverySpec = Field(
         default_factory=RecoverySpec,
         description="Dead-host recovery: fence, restart elsewhere, keep room (docs/recovery.md).",
+    )
+    power: PowerSpec = Field(
+        default_factory=PowerSpec,
+        description="Power saving: consolidate when load is low and power idle hosts off, "
+        "and on again before they are needed (docs/power.md). Default: off.",
     )
 
 

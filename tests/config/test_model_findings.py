@@ -65,7 +65,7 @@ def test_unknown_key_points_at_the_key(tmp_path: Path) -> None:
         "lab/policy.yaml:6:3: error: spec.treshold: unknown key 'treshold' (did you mean "
         "'threshold'? allowed here: mode, interval, score, basis, load, threshold, margin, "
         "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
-        "migration, windows, record, recovery)"
+        "migration, windows, record, recovery, power)"
     ]
 
 
@@ -74,7 +74,7 @@ def test_python_field_names_are_unknown_keys(tmp_path: Path) -> None:
         "lab/policy.yaml:5:3: error: spec.hold_rounds: unknown key 'hold_rounds' (did you mean "
         "'holdRounds'? allowed here: mode, interval, score, basis, load, threshold, margin, "
         "holdRounds, hostLimit, cpuOvercommit, cooldown, minUptime, batch, parallel, drift, "
-        "migration, windows, record, recovery)"
+        "migration, windows, record, recovery, power)"
     ]
 
 
