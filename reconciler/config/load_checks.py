@@ -1,5 +1,5 @@
-"""Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets, a
-``prometheus`` section that is not read."""
+"""Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets
+(no user info, no query string), a ``prometheus`` section that is not read."""
 
 from __future__ import annotations
 
@@ -67,6 +67,20 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
                 "the Prometheus URL holds credentials, which would be kept in git",
                 "remove user:password@ from it; give a bearer token in "
                 "RECONCILER_PROMETHEUS_TOKEN instead",
+            )
+        )
+    if "?" in load.prometheus.url or "#" in load.prometheus.url:
+        # never shown: a token in it would reach every log and CI run
+        out.append(
+            finding_at(
+                policy,
+                (*base, "prometheus", "url"),
+                Severity.ERROR,
+                "the Prometheus URL has a query string or fragment (not shown): a base URL "
+                "takes none (the API's path is added after it), and a token in it would be kept "
+                "in git and shown in messages",
+                "remove the ? or # and what follows; give a bearer token in "
+                "RECONCILER_PROMETHEUS_TOKEN, sent only in the Authorization header",
             )
         )
     if load.source is LoadSource.SAMPLES and _given(policy, "spec", "load", "prometheus"):

@@ -24,6 +24,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -116,7 +117,15 @@ class PrometheusClient:
         )
 
     def __repr__(self) -> str:  # never the headers: they may hold the token
-        return f"<PrometheusClient {scrub(self.url)}>"
+        return f"<PrometheusClient {self.shown}>"
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages show it: no user info, no query string, no fragment (where
+        a token could sit, though ``validate`` refuses them)."""
+        url = urlsplit(self.url)
+        host = url.netloc.rpartition("@")[2]
+        return scrub(urlunsplit((url.scheme, host, url.path, "", "")))
 
     def close(self) -> None:
         self._client.close()
@@ -130,7 +139,7 @@ class PrometheusClient:
     def range_query(self, query: str, *, start: float, end: float, step: float) -> list[Series]:
         """``query`` evaluated every ``step`` seconds from ``start`` to ``end``: each series
         with its labels and its points in time order."""
-        where = f"Prometheus at {scrub(self.url)}"
+        where = f"Prometheus at {self.shown}"
         params: Mapping[str, str] = {
             "query": query,
             "start": f"{start:.3f}",
@@ -157,7 +166,8 @@ class PrometheusClient:
                     hint="check that Prometheus runs and answers; the next round asks again",
                 ) from err
             raise MetricsUnavailable(
-                f"{where} could not be reached: {type(err).__name__}: {scrub(str(err))}",
+                f"{where} could not be reached: {type(err).__name__}: "
+                f"{scrub(str(err).replace(self.url, self.shown))}",
                 hint="check spec.load.prometheus.url and that Prometheus runs",
             ) from err
         finally:
