@@ -195,6 +195,16 @@ def _load_condition(conditions: list[Condition], plan: Plan, at: datetime) -> li
         return with_condition(
             conditions, ConditionType.LOAD_KNOWN, False, "LoadSourceFailed", load.problem, at
         )
+    if load.out_of_range:
+        named = [f"{vm} ({why})" for vm, why in list(load.out_of_range.items())[:5]]
+        message = (
+            f"the CPU figures of {len(load.out_of_range)} VM(s) are out of range, not used; "
+            f"balance leaves their hosts alone: {'; '.join(named)}"
+            + ("; ..." if len(load.out_of_range) > 5 else "")
+        )
+        return with_condition(
+            conditions, ConditionType.LOAD_KNOWN, False, "OutOfRange", message, at
+        )
     if vms or hosts:
         message = (
             f"the load over the window of {len(vms)} VM(s) and {len(hosts)} host(s) is "

@@ -288,6 +288,10 @@ def _load(**fields: object) -> dict[str, object]:
         (_load(unknownVms=["a"], unknownHosts=["h0"]), (False, "WindowMissing")),
         (_load(unknownHosts=["h1"]), (False, "WindowMissing")),
         (_load(problem="Prometheus did not answer"), (False, "LoadSourceFailed")),
+        (
+            _load(unknownVms=["x"], unknownHosts=["h0"], outOfRange={"x": "1e+06 cores"}),
+            (False, "OutOfRange"),
+        ),
     ],
 )
 def test_load_known_says_whether_balance_may_read_every_host(
