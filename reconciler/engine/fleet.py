@@ -25,43 +25,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from reconciler.config.fleet_checks import shared_name_why, sharing
 from reconciler.core.assignment import mine
 from reconciler.engine import triggers
+from reconciler.engine.ports import Membership, Worker
 from reconciler.errors import ReconcilerError
 
 log = logging.getLogger(__name__)
-
-
-class Worker(Protocol):
-    """One cluster of the fleet: its loop, run in a thread by the fleet."""
-
-    cluster: str
-    """The cluster's name (``metadata.name``)."""
-
-    def run(self) -> None:
-        """Run rounds until ``stop()``; releases the cluster's lease on the way out."""
-        ...
-
-    def stop(self) -> None: ...
-
-    def wake(self, reason: str) -> None:
-        """A round now (the desired state changed)."""
-        ...
-
-    def report(self) -> dict[str, object]:
-        """What /status says of the cluster: held, its loop's health, its rounds."""
-        ...
-
-
-class Membership(Protocol):
-    def beat(self) -> frozenset[str]:
-        """Stay a member; the live members now (TransientError: not known now)."""
-        ...
-
-    def leave(self) -> None: ...
 
 
 class _Running:

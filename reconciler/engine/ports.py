@@ -1,15 +1,19 @@
 """The engine's only ways to reach the world: one boundary type per external system.
 
-Adapters implement these for real (libvirt, files, git, a forge's HTTP API); ``tests/fakes``
-implements them in memory, with injectable faults, so the engine's logic is tested in
-milliseconds. Every method raises only the project's errors (``reconciler.errors``).
+Every port is here, and only here: the observation and the load, moves and their records, the
+stores of the state directory, recovery's fence and restarts, power, the hold on a cluster,
+the desired state and the state repository, a forge, a rollout's records, commands and hosts,
+and a fleet's workers and members. Adapters implement these for real (libvirt, files, git, a
+forge's HTTP API, etcd); ``tests/fakes`` implements them in memory, with injectable faults, so
+the engine's logic is tested in milliseconds. Every method raises only the project's errors
+(``reconciler.errors``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -19,7 +23,7 @@ from reconciler.model.migration import MigrationProgress, MigrationResult
 if TYPE_CHECKING:  # only named in signatures: a command imports the models it uses itself
     from reconciler.core.load_samples import HostSample
     from reconciler.model.audit import Comment, PullRequest, RepoCommit
-    from reconciler.model.load import LoadSamples
+    from reconciler.model.load import LoadSamples, LoadSpec
     from reconciler.model.plan import Move
     from reconciler.model.power import HostPower, PowerBook
     from reconciler.model.recovery import (
@@ -29,31 +33,51 @@ if TYPE_CHECKING:  # only named in signatures: a command imports the models it u
         RecordedSighting,
         RecoveryState,
     )
+    from reconciler.model.rollout import Command
+    from reconciler.model.rollout_progress import (
+        CommandOutcome,
+        RolloutProgress,
+        StepRecord,
+        Target,
+    )
     from reconciler.model.snapshot import ReconcilerState, Snapshot
     from reconciler.model.status import ReconcileStatus
 
 # MigrationProgress and MigrationResult live in the model, where adapters can reach them too
 __all__ = [
     "Clock",
+    "CommentThread",
     "DesiredSource",
     "DomainRecorder",
     "Fencer",
+    "Forge",
     "Hold",
-    "Loaded",
-    "Record",
-    "Recorded",
+    "HostControl",
     "Lease",
-    "LoadSampler",
+    "LoadReader",
     "LoadSampleStore",
+    "LoadSampler",
+    "Loaded",
+    "Membership",
     "MigrationProgress",
     "MigrationResult",
     "Migrator",
-    "Observer",
     "ObservedBranch",
+    "Observer",
+    "PowerStore",
+    "PowerSwitch",
+    "QueuedRecords",
+    "Record",
+    "RecordQueue",
+    "Recorded",
     "RecoveryStore",
     "Restarter",
-    "TextFile",
+    "RolloutCommands",
+    "RolloutRecords",
+    "StateRepo",
     "StatusStore",
+    "TextFile",
+    "Worker",
 ]
 
 
@@ -81,6 +105,15 @@ class LoadSampleStore(Protocol):
 
     def save(self, samples: LoadSamples) -> None:
         """Replace them, atomically; TerminalError when they cannot be written."""
+        ...
+
+
+class LoadReader(Protocol):
+    """Where the load over the window comes from: ``run``'s samples, or Prometheus."""
+
+    def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
+        """``snapshot`` with its VMs' load over ``spec.window`` ending ``now``; a source that
+        fails gives unknown load, said in the snapshot (never raises)."""
         ...
 
 
@@ -193,6 +226,52 @@ class PowerStore(Protocol):
     def load(self) -> PowerBook | None: ...
 
     def save(self, book: PowerBook) -> None: ...
+
+
+class RolloutCommands(Protocol):
+    def run(
+        self, rollout: str, step: str, command: Command, *, target: Target | None
+    ) -> CommandOutcome:
+        """Run ``command`` ({host} and {uri} replaced from ``target``) within its timeout,
+        output kept; never raises for the command's own failure."""
+        ...
+
+
+class HostControl(Protocol):
+    """What a rollout asks of a host's libvirt: does it answer, shut VMs down, start them."""
+
+    def answers(self, host: str) -> str | None:
+        """None when the host's libvirt answers now; else why not."""
+        ...
+
+    def shut_down(self, host: str, vms: Sequence[str], timeout: timedelta) -> dict[str, str]:
+        """Shut ``vms`` down gracefully (ACPI) and wait up to ``timeout`` for them to be off;
+        the VMs not off then, each with why. Never forces a VM off."""
+        ...
+
+    def start(self, host: str, vms: Sequence[str]) -> dict[str, str]:
+        """Start ``vms`` (defined on ``host``); those that did not start, each with why. A VM
+        running already counts as started."""
+        ...
+
+
+class RolloutRecords(Protocol):
+    """Where a cluster's rollouts record their steps: the state directory, or the state
+    repository's recording branch."""
+
+    def load(self, rollout: str) -> RolloutProgress:
+        """The records of ``rollout`` (none yet: empty)."""
+        ...
+
+    def append(
+        self, progress: RolloutProgress, record: StepRecord, *, output: str = ""
+    ) -> RolloutProgress:
+        """``progress`` with ``record`` added, written durably before returning (a step's
+        start is its intent: the step runs only after this returned). ``output`` is the end
+        of a command's output, kept with the record where the records say so (the message of
+        its commit). ReconcilerError when it could not be written, or when the stored records
+        are not ``progress`` (another instance wrote meanwhile)."""
+        ...
 
 
 class RecoveryStore(Protocol):
@@ -400,3 +479,34 @@ class CommentThread(Protocol):
     def comment(self, number: int, body: str) -> None: ...
 
     def update_comment(self, number: int, comment_id: int, body: str) -> None: ...
+
+
+class Worker(Protocol):
+    """One cluster of a fleet: its loop, run in a thread by the fleet."""
+
+    cluster: str
+    """The cluster's name (``metadata.name``)."""
+
+    def run(self) -> None:
+        """Run rounds until ``stop()``; releases the cluster's lease on the way out."""
+        ...
+
+    def stop(self) -> None: ...
+
+    def wake(self, reason: str) -> None:
+        """A round now (the desired state changed)."""
+        ...
+
+    def report(self) -> dict[str, object]:
+        """What /status says of the cluster: held, its loop's health, its rounds."""
+        ...
+
+
+class Membership(Protocol):
+    """The live instances of a fleet's group (etcd through a coordination service)."""
+
+    def beat(self) -> frozenset[str]:
+        """Stay a member; the live members now (TransientError: not known now)."""
+        ...
+
+    def leave(self) -> None: ...

@@ -37,8 +37,7 @@ from reconciler.core.rollout import (
 )
 from reconciler.core.rollout_steps import step_title
 from reconciler.core.rollout_vms import with_fresh_look
-from reconciler.engine.ports import Clock, Observer
-from reconciler.engine.rollout_ports import HostControl, RolloutCommands, RolloutRecords
+from reconciler.engine.ports import Clock, HostControl, Observer, RolloutCommands, RolloutRecords
 from reconciler.errors import ReconcilerError
 from reconciler.model.desired import DesiredState
 from reconciler.model.rollout_progress import (
