@@ -24,8 +24,7 @@ from reconciler.model.policy import Basis
 from reconciler.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from reconciler.adapters.load.sources import LoadReader, SnapshotSource, WindowedObserver
-    from reconciler.engine.ports import LoadSampler
+    from reconciler.engine.ports import LoadReader, LoadSampler, Observer
 
 BALANCE_ON_SAMPLE_HELP = (
     "make balance moves even when the load is the observation's own short CPU sample (run "
@@ -71,13 +70,13 @@ def windowed(
 
 
 def observer(
-    inner: SnapshotSource, desired: DesiredState, state_dir: Path | None, reading: Reading
-) -> SnapshotSource | WindowedObserver:
+    inner: Observer, desired: DesiredState, state_dir: Path | None, reading: Reading
+) -> Observer:
     """``inner`` whose observations come read on the window, where the policy reads one."""
     found = reader(desired, state_dir, reading)
     if found is None:
         return inner
-    from reconciler.adapters.load.sources import WindowedObserver
+    from reconciler.engine.load_window import WindowedObserver
 
     return WindowedObserver(inner, desired.policy.spec.load, found, lambda: datetime.now(UTC))
 

@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from reconciler.adapters.load.sources import PrometheusLoad, WindowedObserver
+from reconciler.adapters.load.sources import PrometheusLoad
 from reconciler.adapters.prometheus.client import PrometheusClient
 from reconciler.core.load_series import by_vm
 from reconciler.core.load_view import unknown
 from reconciler.core.planner import plan
+from reconciler.engine.load_window import WindowedObserver
 from reconciler.errors import MetricsError, MetricsUnavailable
 from reconciler.model.history import History
 from reconciler.model.load import LoadSpec, PrometheusSpec, Statistic

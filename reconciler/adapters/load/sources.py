@@ -1,24 +1,21 @@
-"""The load over the window, put into an observation: from ``run``'s samples or Prometheus.
+"""The load over the window, read from ``run``'s samples or from Prometheus.
 
-``WindowedObserver`` wraps an observer: every ``observe()`` comes back with each VM's CPU over
-the window (``reconciler.core.load_view``), and every fresh look at a few hosts
-(``observe_hosts``, admission's) with the figures of that round. A load source that fails
-never fails the round: its VMs' load is unknown, said in the plan, and balance does not act
-on it.
+Each is a ``LoadReader`` (``engine/ports.py``), which ``engine/load_window.py`` puts into every
+observation of a round. A load source that fails never fails the round: its VMs' load is
+unknown, said in the plan, and balance does not act on it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 from reconciler.adapters.files.load_samples import FileLoadSamples
 from reconciler.adapters.prometheus.client import PrometheusClient
 from reconciler.core import load_samples, load_view
 from reconciler.errors import ReconcilerError
-from reconciler.model.load import LoadSpec, LoadView
+from reconciler.model.load import LoadSpec
 from reconciler.model.quantity import format_duration
 from reconciler.model.snapshot import Snapshot
 
@@ -28,18 +25,6 @@ HOLD = (
     "no balance move on a short sample: keep `reconciler run` sampling for a window, or give "
     "apply --balance-on-sample"
 )
-
-
-class LoadReader(Protocol):
-    def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
-        """``snapshot`` with its VMs' load over ``spec.window`` ending ``now``."""
-        ...
-
-
-class SnapshotSource(Protocol):
-    def observe(self) -> Snapshot: ...
-
-    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot: ...
 
 
 class SamplesLoad:
@@ -105,28 +90,3 @@ class PrometheusLoad:
         finally:
             client.close()
         return load_view.from_series(snapshot, spec, vms, now, host_series=hosts)
-
-
-class WindowedObserver:
-    """``inner``'s observations with the load over the window of ``spec`` from ``reader``."""
-
-    def __init__(
-        self,
-        inner: SnapshotSource,
-        spec: LoadSpec,
-        reader: LoadReader,
-        clock: Callable[[], datetime],
-    ) -> None:
-        self.inner = inner
-        self.spec = spec
-        self.reader = reader
-        self.clock = clock
-        self.view: LoadView | None = None
-
-    def observe(self) -> Snapshot:
-        snapshot = self.reader.window(self.inner.observe(), self.spec, self.clock())
-        self.view = snapshot.load
-        return snapshot
-
-    def observe_hosts(self, hosts: Sequence[str]) -> Snapshot:
-        return load_view.reapplied(self.inner.observe_hosts(hosts), self.view)
