@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.engine.leadership import CheckedLease
+from reconciler.engine.ports import CheckedLease
 from reconciler.errors import ReconcilerError
 
 

@@ -19,19 +19,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
-from reconciler.engine.ports import Lease
+from reconciler.engine.ports import CheckedLease
 from reconciler.engine.triggers import LEADER, Wakeup
 from reconciler.errors import ReconcilerError
 
 log = logging.getLogger(__name__)
-
-
-class CheckedLease(Lease, Protocol):
-    def confirm(self) -> bool:
-        """Re-read the lease: True only while this instance still holds it, unexpired."""
-        ...
 
 
 class LeaseKeeper:

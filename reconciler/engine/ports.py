@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # only named in signatures: a command imports the models it u
 
 # MigrationProgress and MigrationResult live in the model, where adapters can reach them too
 __all__ = [
+    "CheckedLease",
     "Clock",
     "CommentThread",
     "DesiredSource",
@@ -302,6 +303,14 @@ class Lease(Protocol):
         ...
 
     def release(self) -> None: ...
+
+
+class CheckedLease(Lease, Protocol):
+    """A lease that can be read back: the git lease, an etcd lease, this machine's lock."""
+
+    def confirm(self) -> bool:
+        """Re-read the lease: True only while this instance still holds it, unexpired."""
+        ...
 
 
 class Hold(Protocol):
