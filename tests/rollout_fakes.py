@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from reconciler.errors import GitError
 from reconciler.model.rollout import Command
 from reconciler.model.rollout_progress import CommandOutcome, RolloutProgress, StepRecord, Target
-from reconciler.model.snapshot import VmRunState
+from reconciler.model.snapshot import LibvirtAnswer, VmRunState
 from tests.fakes import FakeCluster
 
 
@@ -92,11 +92,11 @@ class FakeHostControl:
     shut: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     started: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
-    def answers(self, host: str) -> str | None:
+    def answers(self, host: str) -> LibvirtAnswer:
         h = self.cluster.hosts[host]
         if not h.reachable or host in self.not_ready:
-            return "does not answer"
-        return None
+            return LibvirtAnswer(why="does not answer")
+        return LibvirtAnswer(version="libvirt 10.0.0")
 
     def shut_down(self, host: str, vms: Sequence[str], timeout: timedelta) -> dict[str, str]:
         self.shut.append((host, tuple(vms)))

@@ -40,11 +40,12 @@ if TYPE_CHECKING:  # only named in signatures: a command imports the models it u
         StepRecord,
         Target,
     )
-    from reconciler.model.snapshot import ReconcilerState, Snapshot
+    from reconciler.model.snapshot import LibvirtAnswer, ReconcilerState, Snapshot
     from reconciler.model.status import ReconcileStatus
 
 # MigrationProgress and MigrationResult live in the model, where adapters can reach them too
 __all__ = [
+    "Answers",
     "CheckedLease",
     "Clock",
     "CommentThread",
@@ -179,8 +180,21 @@ class Fencer(Protocol):
         ...
 
 
-class Restarter(Protocol):
-    """Defines and starts the VMs of a fenced host on the others."""
+class Answers(Protocol):
+    """Whether libvirt on a host answers now. Asked by a fence's confirmation (a fenced host
+    must not answer at all) and by a rollout's readiness check (a host back must answer in
+    full), through the ports that extend this one."""
+
+    def answers(self, host: str) -> LibvirtAnswer:
+        """What libvirt on ``host`` answers now: one connection and its calls, each within
+        the connection's timeouts. Never raises for a host that does not answer: the answer
+        says why."""
+        ...
+
+
+class Restarter(Answers, Protocol):
+    """Defines and starts the VMs of a fenced host on the others; ``answers`` confirms a
+    fence (a host whose libvirt says its version is not off)."""
 
     def definitions(self, host: str) -> dict[str, str]:
         """UUID -> inactive domain XML of every domain on ``host``."""
@@ -193,11 +207,6 @@ class Restarter(Protocol):
 
     def undefine(self, host: str, uuid: str) -> None:
         """Remove the definition of the shut-off domain ``uuid`` from ``host``."""
-        ...
-
-    def answers(self, host: str) -> str | None:
-        """What libvirt on ``host`` says when asked now (a connection and one call, within
-        the connection's timeout), e.g. its version; None when it does not answer."""
         ...
 
 
@@ -238,12 +247,9 @@ class RolloutCommands(Protocol):
         ...
 
 
-class HostControl(Protocol):
-    """What a rollout asks of a host's libvirt: does it answer, shut VMs down, start them."""
-
-    def answers(self, host: str) -> str | None:
-        """None when the host's libvirt answers now; else why not."""
-        ...
+class HostControl(Answers, Protocol):
+    """What a rollout asks of a host's libvirt: shut VMs down, start them, and ``answers``
+    (a host is ready again when the answer has no ``why``)."""
 
     def shut_down(self, host: str, vms: Sequence[str], timeout: timedelta) -> dict[str, str]:
         """Shut ``vms`` down gracefully (ACPI) and wait up to ``timeout`` for them to be off;

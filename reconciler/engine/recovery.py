@@ -251,7 +251,7 @@ class Recovery:
         it has one) asked for the host's power, then libvirt on the host asked whether it
         answers; ``unconfirmed``, with why, unless the one says off and the other is silent."""
         power = self.ports.fencer.status(host, fence) if fence.status_action() else None
-        answer = self.ports.restarter.answers(host)
+        answer = self.ports.restarter.answers(host).version
         why = decide.unconfirmed(host, power, answer)
         seconds = result.seconds + (power.seconds if power is not None else 0)
         if why is not None:

@@ -322,7 +322,7 @@ class _Carrier:
         if action.begin:
             self.record(rollout, action.host, action.step, StepOutcome.STARTED)
             recorded = True
-        why = self.ports.hosts.answers(action.host)
+        why = self.ports.hosts.answers(action.host).why
         if why is None:
             target = Target(host=action.host, uri=self.uris.get(action.host, ""))
             for check in action.checks:

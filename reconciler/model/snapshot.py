@@ -243,6 +243,24 @@ class HostState(Frozen):
     observe_seconds: float = Field(default=0, ge=0, description="Wall time to observe this host.")
 
 
+class LibvirtAnswer(Frozen):
+    """What libvirt on one host answered when asked now: its version, then its domains (a
+    daemon lists them once it has found them again), within the connection's timeouts.
+
+    A fence's confirmation asks whether the host answers at all (``version``: a fenced host
+    must say nothing); a rollout asks whether it can be worked with again (``why`` None)."""
+
+    version: str | None = Field(
+        default=None,
+        description="What it said it is, e.g. libvirt 10.0.0; None when it said nothing.",
+    )
+    why: str | None = Field(
+        default=None,
+        description="Why it cannot be worked with now (no answer, or its version but not its "
+        "domains); None when it answered both.",
+    )
+
+
 class InFlight(Frozen):
     """A VM seen on more than one host at once, usually mid-migration."""
 

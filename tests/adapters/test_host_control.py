@@ -43,10 +43,13 @@ def running() -> Iterator[Any]:
 
 
 def test_a_host_that_answers_and_one_that_does_not() -> None:
-    assert control().answers("h0") is None
-    why = control("test+tcp://127.0.0.1:1/default").answers("h0")
-    assert why is not None
-    assert "127.0.0.1" in why
+    said = control().answers("h0")
+    assert said.why is None
+    assert said.version is not None
+    said = control("test+tcp://127.0.0.1:1/default").answers("h0")
+    assert said.version is None
+    assert said.why is not None
+    assert "127.0.0.1" in said.why
 
 
 def test_shut_down_and_start_again(running: Any) -> None:

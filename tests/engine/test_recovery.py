@@ -24,6 +24,7 @@ from reconciler.model.recovery import (
     RecoveryState,
 )
 from reconciler.model.snapshot import (
+    LibvirtAnswer,
     Snapshot,
     Unmigratable,
     UnmigratableReason,
@@ -114,8 +115,10 @@ class World:
             self.freeze(host)
             raise TransientError(f"libvirt on {host} did not answer within 30 s")
 
-    def answers(self, host: str) -> str | None:
-        return "libvirt 10.0.0" if self.up[host] else None
+    def answers(self, host: str) -> LibvirtAnswer:
+        if self.up[host]:
+            return LibvirtAnswer(version="libvirt 10.0.0")
+        return LibvirtAnswer(why=f"libvirt on {host} did not answer within 5s")
 
     def undefine(self, host: str, uuid: str) -> None:
         if self.domains[(host, uuid)].state is not VmRunState.SHUTOFF:

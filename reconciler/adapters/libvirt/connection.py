@@ -18,6 +18,7 @@ from typing import Any, Final
 import libvirt
 
 from reconciler.errors import HostTimeout, HostUnreachable, ReconcilerError, TerminalError
+from reconciler.model.snapshot import LibvirtAnswer
 
 _loop_lock = threading.Lock()
 _loop_started: list[bool] = []  # one entry once the loop runs
@@ -151,3 +152,28 @@ def map_error(action: str, where: str, err: libvirt.libvirtError) -> ReconcilerE
             hint="observe the cluster again; the VM was moved or removed meanwhile",
         )
     return TerminalError(f"{action} failed on {where}: {err}")
+
+
+def answer(uri: str, host: str, settings: ConnectionSettings) -> LibvirtAnswer:
+    """What libvirt at ``uri`` (host ``host``) answers now, the ``Answers`` port of both the
+    restarter and a rollout's host control: a connection opened within the connect timeout,
+    its version asked, then its domains listed (a daemon restarted lists them once it has
+    found them again); a call on the open connection ends when keepalive gives it up. Never
+    raises: what was not answered is the answer's ``why``."""
+    try:
+        conn = open_connection(uri, settings)
+    except ReconcilerError as err:
+        return LibvirtAnswer(why=err.message)
+    try:
+        try:
+            number = int(conn.getLibVersion())
+        except libvirt.libvirtError as err:
+            return LibvirtAnswer(why=map_error("look", host, err).message)
+        version = f"libvirt {number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+        try:
+            conn.listAllDomains(0)
+        except libvirt.libvirtError as err:
+            return LibvirtAnswer(version=version, why=map_error("look", host, err).message)
+        return LibvirtAnswer(version=version)
+    finally:
+        close_connection(conn)

@@ -17,12 +17,14 @@ import libvirt
 
 from reconciler.adapters.libvirt.connection import (
     ConnectionSettings,
+    answer,
     close_connection,
     map_error,
     open_connection,
 )
 from reconciler.errors import ReconcilerError
 from reconciler.model.cluster import Cluster
+from reconciler.model.snapshot import LibvirtAnswer
 
 POLL = 1.0
 """Seconds between looks at guests being shut down."""
@@ -47,19 +49,10 @@ class LibvirtHostControl:
     def _open(self, host: str) -> Any:
         return open_connection(self._uris[host], self.connection)
 
-    def answers(self, host: str) -> str | None:
-        try:
-            conn = self._open(host)
-        except ReconcilerError as err:
-            return err.message
-        try:
-            conn.getLibVersion()
-            conn.listAllDomains(0)
-        except libvirt.libvirtError as err:
-            return map_error("look", host, err).message
-        finally:
-            close_connection(conn)
-        return None
+    def answers(self, host: str) -> LibvirtAnswer:
+        """What libvirt on ``host`` answers now (``connection.answer``): ready again only
+        when it answers in full, its version and its domains."""
+        return answer(self._uris[host], host, self.connection)
 
     def shut_down(self, host: str, vms: Sequence[str], timeout: timedelta) -> dict[str, str]:
         try:

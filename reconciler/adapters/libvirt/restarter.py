@@ -1,9 +1,9 @@
 """Starting a VM from its saved definition on a host, and removing stale definitions.
 
 One connection per call, closed afterwards. ``answers`` asks a host whether its libvirt
-answers at all (a fenced host must not). ``start`` is idempotent on libvirt's truth: a
-domain with the VM's UUID already on the host is started (or left running), never defined
-twice.
+answers at all (a fenced host must not), as a rollout's host control asks it too
+(``connection.answer``). ``start`` is idempotent on libvirt's truth: a domain with the VM's
+UUID already on the host is started (or left running), never defined twice.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import libvirt
 
 from reconciler.adapters.libvirt.connection import (
     ConnectionSettings,
+    answer,
     close_connection,
     is_no_domain,
     map_error,
     open_connection,
 )
-from reconciler.errors import ConfigError, HostTimeout, HostUnreachable, TerminalError
+from reconciler.errors import ConfigError, TerminalError
 from reconciler.model.cluster import Cluster
+from reconciler.model.snapshot import LibvirtAnswer
 
 
 class LibvirtRestarter:
@@ -28,11 +30,14 @@ class LibvirtRestarter:
         self.connection = connection or ConnectionSettings()
         self._uris = {h.name: h.uri for h in cluster.spec.hosts}
 
-    def _open(self, host: str) -> Any:
+    def _uri(self, host: str) -> str:
         uri = self._uris.get(host)
         if uri is None:
             raise ConfigError(f"host {host} is not in the cluster")
-        return open_connection(uri, self.connection)
+        return uri
+
+    def _open(self, host: str) -> Any:
+        return open_connection(self._uri(host), self.connection)
 
     def definitions(self, host: str) -> dict[str, str]:
         conn = self._open(host)
@@ -88,17 +93,7 @@ class LibvirtRestarter:
         finally:
             close_connection(conn)
 
-    def answers(self, host: str) -> str | None:
-        """libvirt's version on ``host`` when it answers within the connection's timeout
-        (open, then one call); None when it does not."""
-        try:
-            conn = self._open(host)
-        except (HostUnreachable, HostTimeout):
-            return None
-        try:
-            version = int(conn.getLibVersion())
-        except libvirt.libvirtError:
-            return None
-        finally:
-            close_connection(conn)
-        return f"libvirt {version // 1_000_000}.{version // 1000 % 1000}.{version % 1000}"
+    def answers(self, host: str) -> LibvirtAnswer:
+        """What libvirt on ``host`` answers now (``connection.answer``): a fence is confirmed
+        only when it says nothing, not even its version."""
+        return answer(self._uri(host), host, self.connection)
