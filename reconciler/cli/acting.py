@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from reconciler.adapters.clock import SystemClock
 from reconciler.cli import load
 from reconciler.cli.common import status_store
-from reconciler.cli.desired import open_source
+from reconciler.cli.desired import open_source, rollout_records
 from reconciler.cli.requests import ActRequest, HoldKind, default_actor
 from reconciler.errors import TerminalError
 from reconciler.model.desired import DesiredState
@@ -337,27 +337,13 @@ class ActingPath:
         """What ``run`` carries rollouts out with: their records (on the state repository's
         recording branch, else in the state directory), their commands (logs kept in the state
         directory) and the hosts' libvirt."""
-        from reconciler.adapters.files.rollout_progress import FileRolloutProgress
         from reconciler.adapters.libvirt.host_control import LibvirtHostControl
         from reconciler.adapters.processes.rollout_commands import ProcessRolloutCommands
-        from reconciler.engine.rollout_audit import RepoRolloutRecords
         from reconciler.engine.rollouts import RolloutPorts
-        from reconciler.engine.sources import RepoSource
 
         cluster = desired.cluster.metadata.name
-        records: Any
-        if isinstance(self.source, RepoSource):
-            records = RepoRolloutRecords(
-                self.source.repo,
-                branch=self.source.audit_branch,
-                folder=self.source.folder,
-                cluster=cluster,
-                actor=self.source.actor,
-            )
-        else:
-            records = FileRolloutProgress(cluster, self.state_dir)
         return RolloutPorts(
-            records=records,
+            records=rollout_records(self.source, cluster, self.state_dir),
             commands=ProcessRolloutCommands(self.state_dir / cluster / "rollouts"),
             hosts=LibvirtHostControl(desired.cluster, connection=settings),
             observer=observer,

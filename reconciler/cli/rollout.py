@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from reconciler.cli import requests
 from reconciler.cli.common import (
@@ -29,7 +29,7 @@ from reconciler.cli.common import (
     snapshot_for,
     usage_errors_exit_1,
 )
-from reconciler.cli.desired import open_source
+from reconciler.cli.desired import open_source, rollout_records
 from reconciler.cli.requests import ObserveOverrides, SourceRequest
 from reconciler.errors import ConfigError, ReconcilerError
 from reconciler.model.desired import DesiredState
@@ -130,26 +130,6 @@ def _rollout(desired: DesiredState, name: str) -> Rollout:
     )
 
 
-def records_of(source: FolderSource | RepoSource, cluster: str, state_dir: Path | None) -> Any:
-    """Where the rollouts' records are: the state repository's branch that records (the audit
-    branch if any), else the state directory."""
-    from reconciler.engine.sources import RepoSource
-
-    if isinstance(source, RepoSource):
-        from reconciler.engine.rollout_audit import RepoRolloutRecords
-
-        return RepoRolloutRecords(
-            source.repo,
-            branch=source.audit_branch,
-            folder=source.folder,
-            cluster=cluster,
-            actor=source.actor,
-        )
-    from reconciler.adapters.files.rollout_progress import FileRolloutProgress
-
-    return FileRolloutProgress(cluster, state_dir)
-
-
 def run(args: argparse.Namespace) -> int:
     asked = request(args)
     source = open_source(asked.source)
@@ -188,7 +168,7 @@ def _status(
     from reconciler.core.rollout_report import rollout_status
     from reconciler.report.rollout_text import status_text
 
-    store = records_of(source, desired.cluster.metadata.name, request.state_dir)
+    store = rollout_records(source, desired.cluster.metadata.name, request.state_dir)
     records = {r.metadata.name: store.load(r.metadata.name).records for r in desired.rollouts}
     snapshot: Snapshot | None
     try:
