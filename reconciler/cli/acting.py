@@ -38,10 +38,11 @@ from reconciler.model.policy import Basis
 if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
     import threading
 
+    from reconciler.adapters.libvirt.connection import ConnectionSettings
     from reconciler.engine.execute import Event, Gate
     from reconciler.engine.holds import JointLease
     from reconciler.engine.leadership import LeaseKeeper
-    from reconciler.engine.ports import Hold, Loaded
+    from reconciler.engine.ports import Hold, Loaded, Observer
     from reconciler.engine.recovery import Recovery
     from reconciler.engine.rollouts import RolloutPorts
     from reconciler.engine.round import RoundPorts, RoundReport
@@ -333,7 +334,9 @@ class ActingPath:
         finally:
             pool.close()
 
-    def rollout_ports(self, desired: DesiredState, observer: Any, settings: Any) -> RolloutPorts:
+    def rollout_ports(
+        self, desired: DesiredState, observer: Observer, settings: ConnectionSettings
+    ) -> RolloutPorts:
         """What ``run`` carries rollouts out with: their records (on the state repository's
         recording branch, else in the state directory), their commands (logs kept in the state
         directory) and the hosts' libvirt."""
