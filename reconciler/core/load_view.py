@@ -163,20 +163,22 @@ class Unknown:
 NOTHING_UNKNOWN = Unknown(frozenset(), {}, None)
 
 
-def unknown(snapshot: Snapshot) -> Unknown:
+def unknown(snapshot: Snapshot, flagged: Sequence[VmState] | None = None) -> Unknown:
     """The running VMs whose load is unknown (their window, or a figure out of range), the
     hosts that carry one (or whose own pressure is unknown or out of range), and whether
     balance is held.
 
     Figures are checked here again, whatever made the snapshot: one read from a file may
     carry what no load source would have let through. Without a view of the load (a
-    snapshot saved without it), only its own figures out of range are unknown."""
+    snapshot saved without it), only its own figures out of range are unknown. ``flagged``:
+    the running VMs whose own figure is out of range, where the caller found them already
+    (the planner's model, :func:`reconciler.core.state.vm_infos`); else they are looked for."""
     view = snapshot.load
     if view is not None and view.basis is LoadBasis.WINDOW:
         return _unknown_window(snapshot, view)
     named = dict(view.out_of_range) if view is not None else {}
     bad = [vm for vm in snapshot.vms if vm.name in named] if named else []
-    for vm in _out_of_range(snapshot.vms):
+    for vm in _out_of_range(snapshot.vms) if flagged is None else flagged:
         if vm.name not in named:
             named[vm.name] = load_range.why(vm.cpu_used or 0.0, vm.vcpus, "as observed")
             bad.append(vm)

@@ -88,7 +88,8 @@ def _plan(desired: DesiredState, snapshot: Snapshot, history: History, now: date
 
     max_unit = min(spec.parallel.cluster, spec.batch)
     mandatory = plan_mandatory(state, desired.placement.spec.vms, spec.drift, max_unit)
-    unknown = load_view.unknown(snapshot) if spec.basis is Basis.USED else NOTHING_UNKNOWN
+    used = spec.basis is Basis.USED
+    unknown = load_view.unknown(snapshot, model.out_of_range) if used else NOTHING_UNKNOWN
     blocked = load_plan.unknown_hosts(model, unknown)
     movable = _balance_movable(
         model, state, snapshot, history, mandatory.moved, now, desired, unknown, blocked

@@ -75,6 +75,8 @@ class Model:
     """Some VM is backed by huge pages: states count pages per host and size."""
     sightings: Sequence[VmState] = ()
     """The observed VM each index was made from (a VM that does not exist yet has none)."""
+    out_of_range: Sequence[VmState] = ()
+    """Running VMs whose CPU figure is out of range, read as never measured (basis used)."""
 
     def arch_of(self, host: int) -> str:
         return self.hosts[host].arch or UNKNOWN_ARCH
@@ -269,14 +271,16 @@ def vm_info(
 
 
 def vm_infos(
-    spec: BalancePolicySpec,
+    spec: BalancePolicySpec, flagged: list[VmState] | None = None
 ) -> Callable[[VmState, dict[str, Any], int, bool, bool], VmInfo]:
     """:func:`vm_info` of one VM after another under ``spec`` (every VM of every plan,
     125,000 at 5,000 hosts): what does not depend on the VM worked out once, the loads of
     :func:`capacity.vm_loads` inline, fields by position, and what most VMs lack (local
     disks, refusals, a reason to stay) not looked into. It is given the VM's fields too
     (:func:`fields_of`), read once by its caller: reading them from that dict costs about half
-    of reading them as attributes of a pydantic model."""
+    of reading them as attributes of a pydantic model. A running VM whose CPU figure is out of
+    range (:mod:`reconciler.core.load_range`) counts as one never measured, and goes into
+    ``flagged``: found where the figure is read anyway, not by another pass."""
     allocated = spec.basis is Basis.ALLOCATED
     overcommit = spec.cpu_overcommit
     per_vcpu, over = PER_VCPU, OVER_CORES  # load_range.in_range, inline
@@ -291,11 +295,14 @@ def vm_infos(
             cpu, mem = float(vcpus), float(memory)
         else:
             used, mem_used = f["cpu_used"], f["memory_used"]
-            # a figure out of range (load_range) is no measurement: read as none
-            if used is None or not 0.0 <= used <= vcpus * per_vcpu + over:
+            if used is None:
                 cpu = vcpus / overcommit
-            else:
+            elif 0.0 <= used <= vcpus * per_vcpu + over:
                 cpu = used
+            else:  # out of range (load_range): no measurement, read as none
+                cpu = vcpus / overcommit
+                if flagged is not None:
+                    flagged.append(vm)
             mem = float(mem_used if mem_used is not None else f["memory_current"])
         klass = f["migration_class"]
         fixed = None if klass is shared and f["migratable"] else why_fixed(vm, spec)
@@ -385,7 +392,8 @@ def build(
     sightings: list[VmState] = []
     observed_host: list[int] = []
     vm_index: dict[str, int] = {}
-    make = vm_infos(spec)
+    flagged: list[VmState] = []
+    make = vm_infos(spec, flagged)
     for vm in ordered:
         f = fields_of(vm)
         h = host_index.get(f["host"])
@@ -455,5 +463,6 @@ def build(
         arches={a: tuple(v) for a, v in sorted(arches.items())},
         paged=paged,
         sightings=tuple(sightings),
+        out_of_range=tuple(flagged),
     )
     return model, State(model, list(observed_host))
