@@ -10,9 +10,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # neither needed nor touched). prometheus-libvirt-exporter: one per lab host under --metrics.
 # libc6-dev: the static C library the workload guests' /init is compiled against; cpio: the
 # tests read the guests' initrd with it. systemd: systemd-analyze for the unit's security score.
+# ipmitool: the ipmi power driver runs it; openssl: the power tests' HTTPS BMC certificate.
 APT_PACKAGES := python3-venv python3-dev gcc libc6-dev pkg-config libvirt-dev libvirt-clients \
 	libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils git etcd-server \
-	prometheus prometheus-libvirt-exporter cpio systemd
+	prometheus prometheus-libvirt-exporter cpio systemd ipmitool openssl
 
 .PHONY: demo test setup system-packages lab-guest lint check clean mutation
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -39,6 +42,7 @@ sys.exit(main())
 
 _IPMI = """
 import sys
+import threading
 import pyghmi.ipmi.bmc as bmc
 
 class Sim(bmc.Bmc):
@@ -148,7 +152,7 @@ def _wait_until_up(emulator: Emulator) -> None:
     raise RuntimeError(f"sushy-emulator did not answer in 30 s: {emulator.said()[-2000:]}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: subprocess.Popen[Any]) -> None:
     process.terminate()
     try:
         process.wait(timeout=10)
@@ -157,26 +161,34 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
+def free_udp_port() -> int:
+    """A UDP port on 127.0.0.1 that nothing is bound to at the time of the call."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @dataclass
 class IpmiBmc:
     address: str
     """``127.0.0.1:PORT``, as a host's power.address gives it."""
     process: subprocess.Popen[str]
+    seen: list[str]
+    """What chassis control did so far, in order: on, off, shutdown."""
 
-    def actions(self) -> list[str]:
-        """What chassis control did so far (on, off, shutdown), read without waiting long."""
-        return list(self._seen)
-
-    _seen: list[str]
+    def actions(self, count: int) -> list[str]:
+        """What chassis control did, once it did ``count`` things (within 5 s)."""
+        ends = time.monotonic() + 5
+        while len(self.seen) < count and time.monotonic() < ends:
+            time.sleep(0.02)
+        return list(self.seen)
 
 
 @contextlib.contextmanager
 def ipmi_bmc(state: str = "on") -> Iterator[IpmiBmc]:
     """pyghmi's BMC simulator on a UDP port of 127.0.0.1, user ``USER`` with ``PASSWORD``,
     its power ``state`` (on or off) at the start."""
-    import threading
-
-    port = free_port()  # a TCP port free; the UDP one of the same number is almost always
+    port = free_udp_port()
     process = subprocess.Popen(
         [sys.executable, "-c", _IPMI, str(port), USER, PASSWORD, state],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
@@ -184,7 +196,7 @@ def ipmi_bmc(state: str = "on") -> Iterator[IpmiBmc]:
     assert process.stdout is not None
     first = process.stdout.readline().strip()
     if first != "ready":
-        _stop(process)  # type: ignore[arg-type]
+        _stop(process)
         raise RuntimeError(f"the IPMI simulator did not start: {first}")
     seen: list[str] = []
 
@@ -198,5 +210,7 @@ def ipmi_bmc(state: str = "on") -> Iterator[IpmiBmc]:
     try:
         yield IpmiBmc(f"127.0.0.1:{port}", process, seen)
     finally:
-        _stop(process)  # type: ignore[arg-type]
+        _stop(process)
         reader.join(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()
