@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler.cli.requests import ForgeRequest, ObserveOverrides, RepoRequest
@@ -340,30 +340,12 @@ def checkout_state(request: RepoRequest) -> StateCheckout:
     """Fetch the repository and check out the head of its branch; the commit is recorded."""
     # imported here: only commands with --repo need the git adapter
     from reconciler.adapters.git.repo import GitStateRepo
+    from reconciler.engine.transaction import checkout_head, repo_folder
 
     repo = GitStateRepo(request.url, cache_dir=request.cache_dir)
-    repo.fetch()
-    branch = request.branch
-    commit = repo.head(branch)
-    if commit is None:
-        raise ConfigError(
-            f"{repo.display_url} has no branch {branch!r}",
-            hint="pass the branch that holds the cluster folders with --branch",
-        )
-    tree = repo.checkout(commit)
-    rel = PurePosixPath(request.path)
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ConfigError(
-            f"PATH {rel} must be a folder inside the repository",
-            hint="write it relative to the repository root, e.g. cluster-state",
-        )
-    folder = tree / rel
-    if not folder.is_dir():
-        raise ConfigError(
-            f"{repo.display_url} has no folder {rel} at {branch} ({commit[:12]})",
-            hint="pass the cluster folder inside the repository as PATH",
-        )
-    return StateCheckout(repo, branch, commit, folder, str(rel), tree)
+    rel = repo_folder(request.path)
+    done = checkout_head(repo, request.branch, rel, display=repo.display_url)
+    return StateCheckout(repo, request.branch, done.commit, done.folder, rel, done.root)
 
 
 def snapshot_for(

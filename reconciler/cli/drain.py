@@ -169,21 +169,27 @@ def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: b
     """The edit as a commit on the branch, or as a proposal branch and its pull request."""
     from reconciler.adapters.git.repo import GitStateRepo
     from reconciler.engine.audit import ACTOR_TRAILER, TRIGGER_TRAILER
-    from reconciler.engine.transaction import Change, commit_on_branch
+    from reconciler.engine.transaction import (
+        Change,
+        checkout_commit,
+        commit_on_branch,
+        no_branch,
+        repo_folder,
+    )
 
     repo = GitStateRepo(at.url, cache_dir=at.cache_dir)
-    rel, host = at.path, edit.host
+    rel, host = repo_folder(at.path), edit.host
     verb = "drain" if maintenance else "undrain"
     state = "in maintenance" if maintenance else "out of maintenance"
 
     def change(head: str) -> Change[str] | None:
-        folder = repo.checkout(head) / rel
         text = repo.show(head, f"{rel}/cluster.yaml")
         if text is None:
             raise ConfigError(
                 f"{repo.display_url} has no {rel}/cluster.yaml at {at.branch}",
                 hint="pass the cluster folder inside the repository as PATH",
             )
+        folder = checkout_commit(repo, head, rel, display=repo.display_url, at=at.branch).folder
         edited = _edited(folder, text, host, maintenance)
         if edited == text:
             return None
@@ -197,16 +203,13 @@ def _set_in_repo(edit: MaintenanceEdit, at: requests.RepoRequest, maintenance: b
         branch = f"reconciler/maintenance/{cluster}/{host}" if edit.propose else None
         return Change({f"{rel}/cluster.yaml": edited}, message, trailers, message, branch)
 
-    def no_branch() -> ConfigError:
-        return ConfigError(f"{repo.display_url} has no branch {at.branch!r}", hint="pass --branch")
-
     done = commit_on_branch(
         repo,
         at.branch,
         change,
         what=f"record the {verb} of {host}",
         hint="others kept pushing to the branch; run the command again",
-        absent=no_branch,
+        absent=lambda: no_branch(repo.display_url, at.branch),
     )
     if done is None:
         print(f"{host} is {state} already", file=sys.stderr)

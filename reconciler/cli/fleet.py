@@ -74,7 +74,7 @@ def is_fleet(asked: RunRequest) -> bool:
         return True
     source = asked.acting.source
     if isinstance(source, requests.RepoRequest):
-        root = _checkout(_repo(source)[0], source) / source.path
+        root = _checkout(_repo(source)[0], source)
     else:
         root = cluster_folder(source.path)
     if not root.is_dir() or is_cluster_folder(root):
@@ -83,23 +83,23 @@ def is_fleet(asked: RunRequest) -> bool:
 
 
 def _repo(source: requests.RepoRequest) -> tuple[GitStateRepo, str]:
+    """The state repository of a fleet; ConfigError for a PATH outside it, before it is read
+    (a discovery that fails is tried again, for ever)."""
     from reconciler.adapters.git.repo import GitStateRepo
+    from reconciler.engine.transaction import repo_folder
 
+    repo_folder(source.path)
     repo = GitStateRepo(source.url, cache_dir=source.cache_dir)
     return repo, source.branch
 
 
 def _checkout(repo: GitStateRepo, source: requests.RepoRequest) -> Path:
-    from reconciler.errors import ConfigError
+    """PATH in the head of the branch, fetched; it may be missing (a single-cluster run says
+    so), never outside the repository."""
+    from reconciler.engine.transaction import checkout_head
 
-    repo.fetch()
-    commit = repo.head(source.branch)
-    if commit is None:
-        raise ConfigError(
-            f"{repo.display_url} has no branch {source.branch!r}",
-            hint="pass the branch that holds the cluster folders with --branch",
-        )
-    return repo.checkout(commit)
+    done = checkout_head(repo, source.branch, source.path, display=repo.display_url, present=False)
+    return done.folder
 
 
 class ClusterWorker:
@@ -182,7 +182,7 @@ class FleetInstance:
         source = self.asked.acting.source
         if isinstance(source, requests.RepoRequest):
             assert self.repo is not None
-            root = _checkout(self.repo[0], source) / source.path
+            root = _checkout(self.repo[0], source)
         else:
             root = cluster_folder(source.path)
         return {f: cluster_name(root / f) for f in fleet_folders(root, self.asked.clusters)}

@@ -37,6 +37,7 @@ from reconciler.cli.requests import DEFAULT_REPO_FOLDER, ForgeRequest, forge_req
 from reconciler.core import backtest, impact, planner
 from reconciler.core.rollout_report import rollout_plan
 from reconciler.engine.observed import require_observed
+from reconciler.engine.transaction import checkout_commit, repo_folder
 from reconciler.errors import ConfigError, ValidationFailed
 from reconciler.model.desired import DesiredState
 from reconciler.model.impact import Impact
@@ -114,17 +115,13 @@ def _load_at(
             f"{repo.display_url} has no revision {ref!r} (--{side})",
             hint="pass a branch, a tag or a commit id the repository has",
         )
-    tree = repo.checkout(sha)
-    folder = tree / rel
-    if not folder.is_dir():
-        raise ConfigError(
-            f"{repo.display_url} has no folder {rel} at {ref} ({sha[:12]}) (--{side})",
-            hint="pass the cluster folder inside the repository as PATH",
-        )
+    done = checkout_commit(
+        repo, sha, str(rel), display=repo.display_url, at=ref, context=f" (--{side})"
+    )
     try:
-        desired = config.load_desired(folder)
+        desired = config.load_desired(done.folder)
     except ValidationFailed as err:
-        message = err.message.replace(f"{tree}/", "")
+        message = err.message.replace(f"{done.root}/", "")
         raise ValidationFailed(f"--{side} {ref} ({sha[:12]}): {message}", err.findings) from None
     return desired, sha
 
@@ -199,12 +196,7 @@ def compute(request: ImpactRequest) -> Impact:
     from reconciler.adapters.git.observations import observed_snapshots
     from reconciler.adapters.git.repo import GitStateRepo
 
-    rel = PurePosixPath(request.path)
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ConfigError(
-            f"PATH {rel} must be a folder inside the repository",
-            hint="write it relative to the repository root, e.g. cluster-state",
-        )
+    rel = PurePosixPath(repo_folder(request.path))
     repo = GitStateRepo(request.url, cache_dir=request.cache_dir)
     repo.fetch()
     base, base_sha = _load_at(repo, request.base, rel, "base")

@@ -12,8 +12,9 @@ only when a record is written: a look never pays for the YAML editor).
 record that cannot be written stays queued in the state directory (``queue``) and is written
 by a later round (``engine.audit_queue``).
 
-``load`` fetches, checks out the head of the branch (a tree of its own per commit, read only)
-and reads the cluster folder; the commit is the revision. ``record`` writes the round's audit
+``load`` fetches, checks out the head of the branch (``engine.transaction.checkout_head``: a
+tree of its own per commit, read only) and reads the cluster folder; the commit is the
+revision. ``record`` writes the round's audit
 commit on the branch (or the audit branch) three-way against that revision, while the caller
 still holds the cluster. The clone and its trees are never written.
 """
@@ -21,10 +22,10 @@ still holds the cluster. The clone and its trees are never written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reconciler.engine.transaction import Checkout, checkout_head, repo_folder
 from reconciler.errors import ConfigError, ReconcilerError
 from reconciler.model.acting import Loaded, QueuedRecord, Record, Recorded
 from reconciler.model.desired import DesiredState
@@ -80,17 +81,6 @@ class FolderSource:
         )
 
 
-@dataclass(frozen=True)
-class Checkout:
-    """A commit of the state repository as a ``RepoSource`` read it."""
-
-    commit: str
-    root: Path
-    """The files of ``commit``, in a folder of their own (read them, never write them)."""
-    folder: Path
-    """The cluster folder in them."""
-
-
 class RepoSource:
     """A ``DesiredSource`` over the cluster folder ``folder`` of ``branch`` in ``repo``."""
 
@@ -105,15 +95,9 @@ class RepoSource:
         audit_branch: str | None = None,
         display: str = "the state repository",
     ) -> None:
-        rel = PurePosixPath(folder)
-        if rel.is_absolute() or ".." in rel.parts:
-            raise ConfigError(
-                f"PATH {folder} must be a folder inside the repository",
-                hint="write it relative to the repository root, e.g. cluster-state",
-            )
         self.repo = repo
         self.branch = branch
-        self.folder = str(rel)
+        self.folder = repo_folder(folder)
         self.read = read
         self.actor = actor
         self.audit_branch = audit_branch or branch
@@ -132,26 +116,13 @@ class RepoSource:
 
     def load_checkout(self) -> tuple[Loaded, Checkout]:
         """``load``, and the commit and files it read (``propose`` edits a copy of them)."""
-        self.repo.fetch()
-        commit = self.repo.head(self.branch)
-        if commit is None:
-            raise ConfigError(
-                f"{self.display} has no branch {self.branch!r}",
-                hint="pass the branch that holds the cluster folders with --branch",
-            )
-        root = self.repo.checkout(commit)
-        path = root / self.folder
-        if not path.is_dir():
-            raise ConfigError(
-                f"{self.display} has no folder {self.folder} at {self.branch} ({commit[:12]})",
-                hint="pass the cluster folder inside the repository as PATH",
-            )
-        desired = self.read(path)
-        self.checkout = Checkout(commit, root, path)
+        checkout = checkout_head(self.repo, self.branch, self.folder, display=self.display)
+        desired = self.read(checkout.folder)
+        self.checkout, commit = checkout, checkout.commit
         merge = len(self.repo.parents(commit)) > 1
         changed = self.repo.changed_at(commit, f"{self.folder}/placement.yaml")
         loaded = Loaded(desired=desired, revision=commit, merge=merge, placement_changed_at=changed)
-        return loaded, self.checkout
+        return loaded, checkout
 
     def queued(self) -> bool:
         """Records of earlier rounds wait in the queue (``engine.audit_queue``)."""

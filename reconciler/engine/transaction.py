@@ -1,5 +1,11 @@
 """One git transaction on a branch of the state repository: read the head, edit, commit, push.
 
+``checkout_head(repo, branch, folder)`` is the only way a command reads a branch: fetch, read
+the head, check out its files (a tree of their own per commit, read only) and find the
+cluster folder in them, with one set of errors (no such branch, a PATH outside the
+repository, no such folder at that commit). ``checkout_commit`` is its second half, for a
+commit found otherwise (the head an edit is made on, a revision ``impact`` compares).
+
 ``commit_on_branch(repo, branch, edit)`` is the only way the reconciler writes a commit on a
 branch others write too (the audit records of every cluster of a fleet, the rollouts' records,
 ``drain``'s edit). Like client-go's ``RetryOnConflict``:
@@ -29,10 +35,13 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Generic, TypeVar
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from reconciler.engine.ports import StateRepo
-from reconciler.errors import GitError, PushRejected, ReconcilerError
+from reconciler.errors import ConfigError, GitError, PushRejected, ReconcilerError
+
+if TYPE_CHECKING:  # read by every command that reads a branch: the ports only for types
+    from reconciler.engine.ports import StateRepo
 
 T = TypeVar("T")
 
@@ -161,4 +170,87 @@ def _no_branch(branch: str) -> GitError:
     return GitError(f"the state repository has no branch {branch!r} to record on")
 
 
-__all__ = ["Change", "Committed", "RetryPolicy", "commit_on_branch"]
+# --- reading a branch -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A commit of the state repository, checked out."""
+
+    commit: str
+    root: Path
+    """The files of ``commit``, in a folder of their own (read them, never write them)."""
+    folder: Path
+    """The cluster folder in them."""
+
+
+def repo_folder(path: str) -> str:
+    """``path`` (PATH of a command with ``--repo``) as a folder inside the repository, POSIX
+    and relative; ConfigError for an absolute one or one that climbs out with ``..``."""
+    rel = PurePosixPath(path)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ConfigError(
+            f"PATH {rel} must be a folder inside the repository",
+            hint="write it relative to the repository root, e.g. cluster-state",
+        )
+    return str(rel)
+
+
+def no_branch(display: str, branch: str) -> ConfigError:
+    """The error of a command whose ``--branch`` the repository does not have."""
+    return ConfigError(
+        f"{display} has no branch {branch!r}",
+        hint="pass the branch that holds the cluster folders with --branch",
+    )
+
+
+def checkout_head(
+    repo: StateRepo, branch: str, folder: str, *, display: str, present: bool = True
+) -> Checkout:
+    """Fetch, and check out the head of ``branch`` with the cluster folder ``folder`` in it
+    (``display`` names the repository in errors). ConfigError for a PATH outside the
+    repository (before anything is fetched), a branch the remote does not have, and, unless
+    ``present`` is off, a folder the commit does not have."""
+    rel = repo_folder(folder)
+    repo.fetch()
+    commit = repo.head(branch)
+    if commit is None:
+        raise no_branch(display, branch)
+    return checkout_commit(repo, commit, rel, display=display, at=branch, present=present)
+
+
+def checkout_commit(
+    repo: StateRepo,
+    commit: str,
+    folder: str,
+    *,
+    display: str,
+    at: str,
+    present: bool = True,
+    context: str = "",
+) -> Checkout:
+    """The files of ``commit`` and the cluster folder ``folder`` in them; ConfigError when the
+    commit has no such folder (unless ``present`` is off), naming it as ``at`` (the branch or
+    revision it was asked for) with ``context`` after."""
+    rel = repo_folder(folder)
+    root = repo.checkout(commit)
+    path = root / rel
+    if present and not path.is_dir():
+        raise ConfigError(
+            f"{display} has no folder {rel} at {at} ({commit[:12]}){context}",
+            hint="pass the cluster folder inside the repository as PATH",
+        )
+    return Checkout(commit, root, path)
+
+
+__all__ = [
+    "Change",
+    "Checkout",
+    "Committed",
+    "RetryPolicy",
+    "checkout_commit",
+    "checkout_head",
+    "commit_on_branch",
+    "no_branch",
+    "repo_folder",
+]
