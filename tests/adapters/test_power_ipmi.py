@@ -175,5 +175,5 @@ def test_addresses_are_read_with_their_port(address: str, expected: tuple[str, i
 
 @pytest.mark.parametrize("address", ["bmc:0", "bmc:99999", "bmc:x", "[fd00::7]x", "-oops", ":1"])
 def test_a_bad_address_is_a_config_error(address: str) -> None:
-    with pytest.raises(ConfigError, match="is not a host name or address"):
+    with pytest.raises(ConfigError, match="is not a host name or address .with :PORT when not 623"):
         host_port("kvm-07", address)

@@ -31,9 +31,10 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
+from reconciler.adapters.power.address import host_port as address_port
 from reconciler.adapters.power.credentials import Login, login
 from reconciler.adapters.processes.runner import CommandResult, run_command
-from reconciler.errors import ConfigError, ReconcilerError, TerminalError, TransientError
+from reconciler.errors import ReconcilerError, TerminalError, TransientError
 from reconciler.model.power import HostPower
 from reconciler.model.recovery import PowerState, PowerStatus
 
@@ -148,35 +149,12 @@ class IpmiPower:
 
 
 def host_port(host: str, address: str) -> tuple[str, int]:
-    """The BMC's host name or address and its UDP port, from ``NAME``, ``NAME:PORT``,
-    ``[IPV6]:PORT`` or a bare IPv6 address."""
-    name, port = address, DEFAULT_PORT
-    if address.startswith("["):
-        inside, _, rest = address[1:].partition("]")
-        name = inside
-        if rest:
-            if not rest.startswith(":"):
-                raise _bad(host, address)
-            port = _port(host, address, rest[1:])
-    elif address.count(":") == 1:
-        name, _, text = address.partition(":")
-        port = _port(host, address, text)
-    if not name or name.startswith("-") or any(c.isspace() for c in name):
-        raise _bad(host, address)
-    return name, port
-
-
-def _port(host: str, address: str, text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise _bad(host, address)
-    return int(text)
-
-
-def _bad(host: str, address: str) -> ConfigError:
-    return ConfigError(
-        f"host {host}: ipmi power.address {address!r} is not a host name or address "
-        "(with :PORT when not 623)",
-        hint="e.g. bmc-kvm-07.example.net, 10.0.0.7:6230 or [fd00::7]:623",
+    """The BMC's host name or address and its UDP port (623 unless given)."""
+    return address_port(
+        host,
+        address,
+        default_port=DEFAULT_PORT,
+        example="bmc-kvm-07, 10.0.0.7:6230 or [fd00::7]:623",
     )
 
 
