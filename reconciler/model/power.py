@@ -236,13 +236,25 @@ class StandbyHost(Frozen):
 
 
 class PowerBook(Frozen):
-    """What the reconciler keeps of power between rounds, in its state directory."""
+    """What power saving remembers between rounds, in the state directory (the simulator
+    keeps it in memory)."""
 
     kind: Literal["PowerBook"] = "PowerBook"
-    cluster: str
-    standby: dict[str, StandbyHost] = Field(default_factory=dict, description="By host.")
+    cluster: str = ""
+    standby: dict[str, StandbyHost] = Field(
+        default_factory=dict, description="Hosts the reconciler powered off, by name."
+    )
     booting: dict[str, AwareDatetime] = Field(
         default_factory=dict, description="Host -> when its power-on was asked."
+    )
+    emptying: dict[str, AwareDatetime] = Field(
+        default_factory=dict, description="Host -> since when it is emptied to be powered off."
+    )
+    low_since: AwareDatetime | None = Field(
+        default=None, description="Since when demand has been below the band (None: it is not)."
+    )
+    high_since: AwareDatetime | None = Field(
+        default=None, description="Since when demand has been above the band (None: it is not)."
     )
     intents: dict[str, PowerIntent] = Field(default_factory=dict, description="By host.")
     failed: dict[str, str] = Field(

@@ -102,6 +102,7 @@ class TimelinePoint(Frozen):
     spread: float | None = Field(default=None, description="The round's largest score spread.")
     hot: int = Field(ge=0, description="Hosts above hostLimit at the round.")
     migrations: int = Field(ge=0, description="Moves the round started.")
+    powered: int = Field(default=0, ge=0, description="Hosts powered (not in standby).")
 
 
 class PolicyFigures(Frozen):
@@ -122,7 +123,11 @@ class PolicyFigures(Frozen):
     slav: float = Field(ge=0, description="SLATAH x PDM.")
     energy_kwh: float = Field(ge=0)
     esv: float = Field(ge=0, description="Energy (kWh) x SLAV.")
-    host_hours: float = Field(ge=0, description="Hours hosts were powered (active).")
+    host_hours: float = Field(
+        ge=0, description="Host-hours powered (literature: hosts with a VM; realistic: on)."
+    )
+    power_offs: int = Field(default=0, ge=0, description="Hosts powered off.")
+    power_ons: int = Field(default=0, ge=0, description="Hosts powered on again.")
     hours_over_limit: float = Field(
         ge=0, description="Host-hours above the policy's hostLimit, summed over hosts."
     )

@@ -46,6 +46,7 @@ ARGV: dict[str, list[str]] = {
     "propose": ["propose", "--repo", "file:///srv/state.git"],
     "impact": ["impact", "--repo", "file:///srv/state.git", "--base", "main", "--head", "x"],
     "rollout": ["rollout", "status", "kernel-2026-12", "some/folder", "--format", "json"],
+    "simulate": ["simulate", "some/folder", "--trace", "day", "--hosts", "4xG5", "--for", "6h"],
 }
 """A command line of each command that builds a request."""
 BUILDER = {"undrain": "edit_request"}

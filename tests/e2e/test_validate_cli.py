@@ -240,6 +240,7 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "cluster.json",
         "findings.json",
         "history.json",
+        "hostkinds.json",
         "impact.json",
         "movehistory.json",
         "place.json",
@@ -251,6 +252,7 @@ def test_schema_write_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "rolloutprogress.json",
         "rolloutstatus.json",
         "rules.json",
+        "simulation.json",
         "snapshot.json",
         "status.json",
     ]

@@ -12,7 +12,7 @@ realistic mode) its idle watts otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.core.simulation.moves import Flight
@@ -35,6 +35,8 @@ class Meter:
     limit: float = 1.0
     """hostLimit as a utilisation; time above it is counted per host."""
     active_seconds: float = 0.0
+    powered_seconds: float = 0.0
+    """Host-seconds powered: active ones, and in the realistic mode every host not asleep."""
     overloaded_seconds: float = 0.0
     over_limit_seconds: float = 0.0
     joules: float = 0.0
@@ -51,9 +53,11 @@ class Meter:
         capacity: Sequence[float],
         curves: Sequence[Sequence[float]],
         flights: Sequence[tuple[Flight, int, int, int]],
+        asleep: Collection[int] = (),
     ) -> None:
         """Account ``[t0, t1)``: ``demand[vm]`` constant over it, ``host_of`` where each VM
-        runs at ``t0``, ``flights`` the moves overlapping it as (flight, vm, source, target)."""
+        runs at ``t0``, ``flights`` the moves overlapping it as (flight, vm, source, target),
+        ``asleep`` the hosts powered off (they draw nothing)."""
         if t1 <= t0:
             return
         hosts = len(capacity)
@@ -78,6 +82,8 @@ class Meter:
                 events[dst].append((e, (1 - self.on_target) * d, 0))
                 events.setdefault(src, []).append((e, -d, -1))
         for h in range(hosts):
+            if h in asleep:
+                continue
             self._host(h, t0, t1, base[h], count[h], capacity[h], curves[h], events.get(h, []))
 
     def _host(
@@ -109,6 +115,8 @@ class Meter:
         curve: Sequence[float],
     ) -> None:
         u = demand / capacity if capacity > 0 else 0.0
+        if vms > 0 or self.idle_when_empty:
+            self.powered_seconds += seconds
         if vms > 0:
             self.active_seconds += seconds
             while len(self.per_host_active) <= h:

@@ -20,15 +20,24 @@ from typing import Protocol
 
 from reconciler.core import backoff, load_view, rounds
 from reconciler.core.hugepages import started
-from reconciler.core.next_actions import first_seen_stamps, next_actions, observed_facts
+from reconciler.core.next_actions import (
+    RolloutHolds,
+    first_seen_stamps,
+    next_actions,
+    observed_facts,
+)
 from reconciler.core.placer import place
+from reconciler.core.power import HostFacts, power_next
 from reconciler.core.simulation.meter import Meter
 from reconciler.core.simulation.moves import Flight, flights
 from reconciler.core.simulation.trace import Trace
 from reconciler.core.simulation.world import UPTIME, World
+from reconciler.core.windows import mode_now
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
+from reconciler.model.policy import Mode
+from reconciler.model.power import PowerBook, PowerMode
 from reconciler.model.simulation import HostKind, PolicyFigures, TimelinePoint
 from reconciler.model.snapshot import (
     FailedMove,
@@ -69,20 +78,32 @@ class Decider(Protocol):
 
 @dataclass
 class RunDecider:
-    """The product's policy: each round what ``run`` would decide."""
+    """The product's policy: each round what ``run`` would decide, power saving included
+    (``core.power``: hosts emptied, powered off and on; a boot takes ``boot_seconds``)."""
 
     desired: DesiredState
     name: str = "policy"
     admitted: bool = True
     status: ReconcileStatus | None = None
+    boot_seconds: float = 300.0
+    book: PowerBook = field(default_factory=PowerBook)
+    power_offs: int = 0
+    power_ons: int = 0
     _last: Decision | None = None
 
     def decide(self, world: World, now: datetime) -> Decision:
         snapshot = world.snapshot(now)
+        seconds = (now - world.trace.start).total_seconds()
+        holds = None
+        if self.desired.policy.spec.power.mode is not PowerMode.OFF or self.book.standby:
+            holds = self._power(world, snapshot, now, seconds)
         facts = observed_facts(
             self.desired, snapshot, self.status, now=now, actor=ACTOR, placement_changed_at=None
         )
-        actions = next_actions(facts, act=True, holds=True, confirm=False, actor=ACTOR, now=now)
+        actions = next_actions(
+            facts, act=self._acts(now), holds=True, confirm=False, actor=ACTOR, now=now,
+            rollouts=holds,
+        )  # fmt: skip
         world.stamped(first_seen_stamps(actions.snapshot, facts.history, now))
         plan = actions.plan
         spread = max((s.before for s in plan.spreads), default=None)
@@ -91,6 +112,40 @@ class RunDecider:
         self._last = Decision(moves, actions.planned, actions.snapshot, spread, unknown)
         self._plan = plan
         return self._last
+
+    def _acts(self, now: datetime) -> bool:
+        """Whether a round at ``now`` may move VMs: as ``run`` in apply mode decides it (only
+        inside the policy's windows, when it has any)."""
+        spec = self.desired.policy.spec.model_copy(update={"mode": Mode.APPLY})
+        return mode_now(spec, now) is Mode.APPLY
+
+    def _power(
+        self, world: World, snapshot: Snapshot, now: datetime, seconds: float
+    ) -> RolloutHolds:
+        """The round's power decision carried out on the world; the hosts the plan keeps
+        empty (being emptied, asleep, booting)."""
+        booted = world.booted(seconds)
+        if booted:
+            booting = {h: t for h, t in self.book.booting.items() if h not in booted}
+            self.book = self.book.model_copy(update={"booting": booting})
+        facts = {
+            h: HostFacts(idle_watts=k.power.curve()[0])
+            for h, k in zip(world.hosts, world.kinds, strict=False)
+        }
+        decided = power_next(self.desired, snapshot, self.book, now, facts=facts)
+        self.book = decided.book
+        if self.desired.policy.spec.power.mode is PowerMode.APPLY or self.book.standby:
+            for host in decided.power_off:
+                world.power_off(host)
+                self.power_offs += 1
+            for host in decided.power_on:
+                world.power_on(host, seconds + self.boot_seconds)
+                self.power_ons += 1
+        else:  # propose: nothing switched, nothing emptied
+            self.book = self.book.model_copy(update={"emptying": {}, "standby": {}})
+            return RolloutHolds()
+        out = (*self.book.emptying, *self.book.standby, *self.book.booting)
+        return RolloutHolds(out=tuple(sorted(set(out))))
 
     def after(self, results: list[MoveResult], now: datetime) -> None:
         assert self._last is not None
@@ -165,28 +220,31 @@ def replay(
                 admitted=decider.admitted,
             )
             results = [_result(world, f, trace.start, tally) for f in planned]
-            running += [
-                (
-                    f,
-                    world.vm_index[f.move.vm],
-                    world.index[f.move.source],
-                    world.index[f.move.target],
-                )
-                for f in planned
-            ]
+            running += [_where(world, f) for f in planned]
             ends = max((f.end for f in planned), default=t0)
             decider.after(results, trace.start + timedelta(seconds=ends))
             next_round = max(t0 + interval.total_seconds(), ends)
             demand = [trace.at(i, t0) for i in range(len(world.names))]
             hot = _hot(world, demand, meter.limit)
             tally.timeline.append(
-                TimelinePoint(at=t0, spread=decision.spread, hot=hot, migrations=len(planned))
+                TimelinePoint(
+                    at=t0,
+                    spread=decision.spread,
+                    hot=hot,
+                    migrations=len(planned),
+                    powered=len(world.hosts) - len(world.asleep),
+                )
             )
         else:
             demand = [trace.at(i, t0) for i in range(len(world.names))]
-        meter.interval(t0, t1, demand, world.host_of, world.capacity, curves, running)
+        meter.interval(t0, t1, demand, world.host_of, world.capacity, curves, running, world.asleep)
         running = _landed(world, running, t1, trace.start)
-    return _figures(decider.name, tally, meter, total * tick)
+    figures = _figures(decider.name, tally, meter, total * tick)
+    if isinstance(decider, RunDecider):
+        figures = figures.model_copy(
+            update={"power_offs": decider.power_offs, "power_ons": decider.power_ons}
+        )
+    return figures
 
 
 def _hot(world: World, demand: list[float], limit: float) -> int:
@@ -279,7 +337,7 @@ def _figures(name: str, tally: Tally, meter: Meter, seconds: float) -> PolicyFig
         slav=slav,
         energy_kwh=kwh,
         esv=kwh * slav,
-        host_hours=meter.active_seconds / 3600,
+        host_hours=meter.powered_seconds / 3600,
         hours_over_limit=meter.over_limit_seconds / 3600,
         spread_peak=max(tally.spreads, default=0.0),
         spread_mean=sum(tally.spreads) / len(tally.spreads) if tally.spreads else 0.0,

@@ -49,6 +49,10 @@ class World:
         self.host_of = [self.index[placement[n]] for n in self.names]
         self.records = [ReconcilerState() for _ in self.names]
         self.uuids = [VmUuid(f"sim-{i:08d}") for i in range(len(self.names))]
+        self.asleep: set[int] = set()
+        """Hosts powered off (standby): they draw nothing and take no VM."""
+        self.booting: dict[int, float] = {}
+        """Host -> seconds into the trace when its boot ends."""
         self._spec = desired.policy.spec.load.model_copy(
             update={"sample_every": timedelta(seconds=trace.step)}
         )
@@ -118,6 +122,24 @@ class World:
                 (start + (k + 1) * step, row[k] / speed) for k in range(first, min(last, len(row)))
             ]
         return out
+
+    def power_off(self, host: str) -> None:
+        h = self.index[host]
+        if any(self.host_of[v] == h for v in range(len(self.names))):
+            raise ValueError(f"{host} runs VMs: it is never powered off")
+        self.asleep.add(h)
+
+    def power_on(self, host: str, ready_at: float) -> None:
+        h = self.index[host]
+        self.asleep.discard(h)
+        self.booting[h] = ready_at
+
+    def booted(self, seconds: float) -> list[str]:
+        """The hosts whose boot has ended by ``seconds``: in service now."""
+        done = [h for h, at in self.booting.items() if at <= seconds]
+        for h in done:
+            del self.booting[h]
+        return [self.hosts[h] for h in done]
 
     def moved(self, vm: int, target: int, record: ReconcilerState) -> None:
         self.host_of[vm] = target

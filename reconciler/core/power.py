@@ -1,0 +1,273 @@
+"""Power saving decided as a pure function: which hosts to empty, power off and power on.
+
+Each round :func:`power_next` reads the cluster's demand (the VMs' CPU in the snapshot, over
+the load window with ``basis: used``) against the capacity of the hosts in service, and the
+book of what the reconciler did before (hosts in standby, booting, being emptied, since when
+demand has been below or above the band):
+
+- demand below ``band.low`` for ``powerOffAfter``: hosts are chosen to empty while what is left
+  keeps the demand within the band's middle, memory within ``hostLimit``, and
+  ``minSpareHosts`` plus recovery's ``reserveHosts`` hosts beyond what the load needs; never a
+  host excluded, in maintenance, without a power driver, or holding a VM that cannot leave
+  (pinned, excluded, local disks that may not move). The least efficient goes first (idle
+  watts per CPU, from the host's power curve where known), then the cheapest to empty (bytes
+  to move). The round's plan drains them as maintenance does, within every limit;
+- a host being emptied that runs no VM any more is powered off;
+- demand above ``band.high`` for ``powerOnAfter`` (or a host being emptied that can no longer
+  be, or mode ``off``): standby hosts are powered on, the most efficient first, enough to bring
+  the demand back to the band's middle; emptying stops.
+
+Nothing here switches anything: the engine (``run``) or the simulator carries the decision out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from reconciler.core.load_range import in_range
+from reconciler.core.rollout_vms import stuck_reason
+from reconciler.core.selectors import matches
+from reconciler.model.desired import DesiredState
+from reconciler.model.power import PowerBook, PowerMode, PowerSpec, StandbyHost
+from reconciler.model.snapshot import Snapshot, VmRunState, VmState
+
+_OFF = frozenset({VmRunState.SHUTOFF, VmRunState.CRASHED})
+
+
+@dataclass(frozen=True)
+class PowerNext:
+    """What the round does about power."""
+
+    book: PowerBook
+    """The book after this round's decision (the engine writes it before acting)."""
+    empty: tuple[str, ...] = ()
+    """Hosts the plan drains (being emptied)."""
+    power_off: tuple[str, ...] = ()
+    """Hosts that run no VM any more: power them off now."""
+    power_on: tuple[str, ...] = ()
+    """Standby hosts to power on now."""
+    why: Mapping[str, str] = field(default_factory=dict)
+    """Host -> why it is emptied, powered off or on."""
+    demand: float = 0.0
+    """The cluster's demand over the capacity in service (0-1), as decided on."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What the decision needs of one host beyond the snapshot."""
+
+    idle_watts: float | None = None
+    """Its power curve's idle draw, where known (the simulator's host kinds)."""
+    switchable: bool = True
+    """It has a power driver."""
+
+
+def _runs(vm: VmState) -> bool:
+    return vm.state not in _OFF
+
+
+def power_next(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    book: PowerBook,
+    now: datetime,
+    *,
+    facts: Mapping[str, HostFacts] | None = None,
+    held: Collection[str] = (),
+) -> PowerNext:
+    """The round's power decision; ``held`` are hosts a rollout or a person holds (never
+    chosen to empty)."""
+    spec = desired.policy.spec.power
+    facts = facts or {}
+    if spec.mode is PowerMode.OFF:
+        on = tuple(sorted(book.standby))
+        back = dict.fromkeys(on, "power saving is off: back into service")
+        after = book.model_copy(
+            update={
+                "standby": {},
+                "emptying": {},
+                "booting": {**book.booting, **dict.fromkeys(on, now)},
+                "low_since": None,
+                "high_since": None,
+            }
+        )
+        return PowerNext(after, (), (), on, back)
+    cpu, mem = _capacity(desired, snapshot, book)
+    running = [v for v in snapshot.vms if _runs(v)]
+    # a figure out of range is no measurement: its VM counts as its vCPUs over the overcommit
+    over = desired.policy.spec.cpu_overcommit
+    demand = sum(
+        v.cpu_used if v.cpu_used is not None and in_range(v.cpu_used, v.vcpus) else v.vcpus / over
+        for v in running
+    )
+    memory = sum(v.memory_max for v in running)
+    total_cpu = sum(cpu.values())
+    u = demand / total_cpu if total_cpu > 0 else 1.0
+    low, high = spec.band.low / 100, spec.band.high / 100
+    low_since = (book.low_since or now) if u < low else None
+    high_since = (book.high_since or now) if u > high else None
+    emptying = dict(book.emptying)
+    standby = dict(book.standby)
+    why: dict[str, str] = {}
+    power_on: list[str] = []
+    if high_since is not None and now - high_since >= spec.power_on_after:
+        emptying.clear()  # load is back: stop emptying
+        target = (low + high) / 2
+        for host in _by_efficiency(standby, facts):
+            if demand / max(total_cpu, 1e-9) <= target:
+                break
+            power_on.append(host)
+            total_cpu += _expected_cpu(desired, host, snapshot)
+            why[host] = (
+                f"demand {100 * u:.0f}% of the capacity in service has been above the band's "
+                f"{spec.band.high:g}% for {_age(now - high_since)}"
+            )
+        high_since = None if power_on else high_since
+    off = tuple(
+        sorted(
+            h
+            for h in emptying
+            if not any(v.host == h for v in snapshot.vms if _runs(v) or v.persistent)
+        )
+    )
+    for h in off:
+        why[h] = "empty: powered off to save its idle power"
+        emptying.pop(h)
+        standby[h] = StandbyHost(since=now, why=why[h])
+    if low_since is not None and now - low_since >= spec.power_off_after and not power_on:
+        chosen = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
+                           standby, facts, held)  # fmt: skip
+        for host, reason in chosen.items():
+            emptying[host] = now
+            why[host] = (
+                f"demand {100 * u:.0f}% has been below the band's {spec.band.low:g}% for "
+                f"{_age(now - low_since)}: {reason}"
+            )
+    booting = {**book.booting, **dict.fromkeys(power_on, now)}
+    for h in power_on:
+        standby.pop(h, None)
+    after = book.model_copy(
+        update={
+            "standby": standby,
+            "booting": booting,
+            "emptying": emptying,
+            "low_since": low_since,
+            "high_since": high_since,
+        }
+    )
+    return PowerNext(
+        book=after,
+        empty=tuple(emptying),
+        power_off=off,
+        power_on=tuple(power_on),
+        why=why,
+        demand=u,
+    )
+
+
+def _age(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def _capacity(
+    desired: DesiredState, snapshot: Snapshot, book: PowerBook
+) -> tuple[dict[str, float], dict[str, int]]:
+    """CPUs and memory of the hosts in service (reachable, not standby, not booting)."""
+    out_cpu: dict[str, float] = {}
+    out_mem: dict[str, int] = {}
+    spec = {h.name: h for h in desired.cluster.spec.hosts}
+    for h in snapshot.hosts:
+        if not h.reachable or h.name in book.standby or h.name in book.booting:
+            continue
+        if h.name not in spec or spec[h.name].maintenance:
+            continue
+        out_cpu[h.name] = float(h.cpus or 0)
+        out_mem[h.name] = int(h.memory_total or 0)
+    return out_cpu, out_mem
+
+
+def _expected_cpu(desired: DesiredState, host: str, snapshot: Snapshot) -> float:
+    """The CPUs a standby host brings (as last seen in service)."""
+    for h in snapshot.hosts:
+        if h.name == host:
+            return float(h.cpus or 0)
+    return 0.0
+
+
+def _by_efficiency(standby: Mapping[str, StandbyHost], facts: Mapping[str, HostFacts]) -> list[str]:
+    """Standby hosts, the most efficient first (least idle watts), then the longest asleep."""
+    return sorted(
+        standby,
+        key=lambda h: (facts.get(h, HostFacts()).idle_watts or 0.0, standby[h].since, h),
+    )
+
+
+def _to_empty(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    spec: PowerSpec,
+    cpu: dict[str, float],
+    mem: dict[str, int],
+    demand: float,
+    memory: int,
+    emptying: Mapping[str, datetime],
+    standby: Mapping[str, StandbyHost],
+    facts: Mapping[str, HostFacts],
+    held: Collection[str],
+) -> dict[str, str]:
+    """Hosts to empty now, each with why, within the band, memory, spares and maxStandby."""
+    hosts = {h.name: h for h in desired.cluster.spec.hosts}
+    policy = desired.policy.spec
+    vms_on: dict[str, list[VmState]] = {}
+    for v in snapshot.vms:
+        vms_on.setdefault(v.host, []).append(v)
+    candidates = []
+    for name in cpu:
+        h = hosts[name]
+        if name in emptying or name in held or not facts.get(name, HostFacts()).switchable:
+            continue
+        if spec.exclude is not None and matches(spec.exclude, name, h.labels):
+            continue
+        if h.power is None and name not in facts:
+            continue
+        stuck = [v for v in vms_on.get(name, []) if stuck_reason(desired, v) is not None]
+        if stuck:
+            continue
+        bytes_ = sum(v.memory_max for v in vms_on.get(name, []))
+        per_cpu = (facts.get(name, HostFacts()).idle_watts or 0.0) / max(cpu[name], 1.0)
+        candidates.append((-per_cpu, bytes_, name))
+    candidates.sort()
+    left_cpu = {n: c for n, c in cpu.items() if n not in emptying}
+    left_mem = {n: m for n, m in mem.items() if n not in emptying}
+    target = (spec.band.low + spec.band.high) / 200
+    limit = policy.host_limit / 100
+    spares = spec.min_spare_hosts + policy.recovery.reserve_hosts
+    room = math.inf if spec.max_standby is None else spec.max_standby - len(standby) - len(emptying)
+    out: dict[str, str] = {}
+    for _, bytes_, name in candidates:
+        if len(out) >= room:
+            break
+        cpu_after = sum(left_cpu.values()) - left_cpu[name]
+        mem_after = sum(left_mem.values()) - left_mem[name]
+        if cpu_after <= 0 or demand / cpu_after > target or memory / max(mem_after, 1) > limit:
+            continue
+        hosts_after = max(len(left_cpu) - 1, 1)
+        per_cpu, per_mem = cpu_after / hosts_after, mem_after / hosts_after
+        needed = max(
+            math.ceil(demand / max(per_cpu * spec.band.high / 100, 1e-9)),
+            math.ceil(memory / max(per_mem * limit, 1)),
+            1 if memory else 0,
+        )
+        if len(left_cpu) - 1 < needed + spares:
+            continue
+        out[name] = (
+            f"the other hosts carry it at {100 * demand / cpu_after:.0f}% with "
+            f"{len(left_cpu) - 1 - needed} spare; {bytes_ / 2**30:.1f} GiB to move"
+        )
+        del left_cpu[name]
+        del left_mem[name]
+    return out
