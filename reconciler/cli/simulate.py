@@ -57,6 +57,27 @@ def register(sub: Subparsers) -> None:
         help="a folder in the PlanetLab format (one file per VM, a CPU percentage per line "
         "per 300 s) or a CSV of time,vm,cpu[,memory,dirty] (cpu in cores)",
     )
+    source.add_argument(
+        "--prometheus",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="the load Prometheus recorded over --since (the policy's vmCpu query; URL: "
+        "another server than spec.load.prometheus.url); needs --snapshot",
+    )
+    p.add_argument(
+        "--since",
+        type=duration,
+        metavar="AGE",
+        help="with --prometheus: the period replayed, ending now, e.g. 7d",
+    )
+    p.add_argument(
+        "--step",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="with --prometheus: one figure per VM this often (default 5m)",
+    )
     p.add_argument(
         "--policy",
         type=Path,
@@ -94,8 +115,15 @@ def register(sub: Subparsers) -> None:
 
 
 def request(args: argparse.Namespace) -> SimulateRequest:
-    if args.trace is None:
-        raise ConfigError("no load to replay", hint="give --trace PATH")
+    if (args.trace is None) == (args.prometheus is None):
+        raise ConfigError(
+            "give one load to replay", hint="--trace PATH, or --prometheus [URL] --since 7d"
+        )
+    if args.prometheus is not None and (args.since is None or args.snapshot is None):
+        raise ConfigError(
+            "--prometheus replays a past period of the cluster's VMs",
+            hint="give --since (e.g. 7d) and --snapshot FILE (observe --format json > FILE)",
+        )
     if (args.base is None) != (args.head is None):
         raise ConfigError("--base and --head go together", hint="give both, with --repo")
     if args.base is not None and args.repo is None:
@@ -105,6 +133,9 @@ def request(args: argparse.Namespace) -> SimulateRequest:
     return SimulateRequest(
         path=args.path,
         trace=args.trace,
+        prometheus=args.prometheus,
+        since=args.since,
+        step=args.step,
         policies=tuple(args.policy),
         repo=args.repo,
         branch=args.branch,

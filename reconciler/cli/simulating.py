@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class SimulateRequest:
     path: Path | None
-    trace: Path
+    trace: Path | None
+    prometheus: str | None
+    """--prometheus: "" for the policy's own server, else another URL."""
+    since: timedelta | None
+    step: timedelta | None
     policies: tuple[Path, ...]
     repo: str | None
     branch: str
@@ -69,6 +73,36 @@ def _trace(path: Path, snapshot: Snapshot | None) -> Trace:
     return read_csv(path, default_memory=DEFAULT_MEMORY, vcpus=lambda n: vcpus.get(n, 1))
 
 
+def _from_prometheus(request: SimulateRequest, desired: DesiredState, snapshot: Snapshot) -> Trace:
+    """The load Prometheus recorded of the snapshot's VMs over ``--since``, ending now."""
+    import logging
+    from datetime import UTC, datetime
+
+    from reconciler.adapters.traces.prometheus import read_prometheus
+
+    spec = desired.policy.spec.load.prometheus
+    if request.prometheus:
+        spec = spec.model_copy(update={"url": request.prometheus})
+    assert request.since is not None
+    end = datetime.now(UTC)
+    step = (request.step or timedelta(minutes=5)).total_seconds()
+    trace, missing = read_prometheus(
+        spec,
+        start=end - request.since,
+        end=end,
+        step=step,
+        vms=snapshot.vms,
+        default_memory=DEFAULT_MEMORY,
+    )
+    if missing:
+        logging.getLogger(__name__).warning(
+            "Prometheus has no load of %d VM(s), left out: %s",
+            len(missing),
+            ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
+        )
+    return trace
+
+
 def simulate(
     request: SimulateRequest, policies: Sequence[tuple[str, DesiredState]]
 ) -> SimulationReport:
@@ -79,15 +113,20 @@ def simulate(
         from reconciler.adapters.files.snapshot import load_snapshot
 
         snapshot = load_snapshot(request.snapshot)
-    trace, where = setup.sized(_trace(request.trace, snapshot), snapshot)
+    first = policies[0][1]
+    if request.trace is not None:
+        trace = _trace(request.trace, snapshot)
+    else:
+        assert snapshot is not None
+        trace = _from_prometheus(request, first, snapshot)
+    trace, where = setup.sized(trace, snapshot)
     if request.period is not None:
         from dataclasses import replace
 
         steps = max(1, int(request.period.total_seconds() // trace.step))
         trace = replace(trace, demand=tuple(row[:steps] for row in trace.demand))
     if trace.steps == 0:
-        raise ConfigError(f"{request.trace}: no step of load in it", hint="a longer trace")
-    first = policies[0][1]
+        raise ConfigError(f"{trace.source}: no step of load in it", hint="a longer trace")
     if request.hosts is not None:
         try:
             shape = setup.shape_of(request.hosts, _kinds(request.kinds))

@@ -156,3 +156,47 @@ def test_a_bad_host_kind_is_named_on_its_line(
     )
     assert done.code == EXIT_ERROR
     assert f"{kinds}:5:11: error: kinds[0].cpus" in done.err
+
+
+def test_last_hours_of_prometheus_replay_in_pages_on_the_observed_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that answers as Prometheus's HTTP API does (each VM's series labelled with its
+    name and UUID, one VM absent); two hours at five minutes read in pages of ten points."""
+    import time
+
+    from tests.e2e.test_plan_cli import write_scenario
+    from tests.promhttp import FakePrometheus, matrix
+
+    scenario, snapshot = write_scenario("batch_deferral", tmp_path / "scenario")
+    vms = json.loads(snapshot.read_text())["vms"]
+    now = time.time()
+    points = [now - 7200 + 300 * k for k in range(25)]
+    series = [
+        ({"domain": vm["name"], "uuid": vm["uuid"]}, [(t, 0.25 * (i % 4)) for t in points])
+        for i, vm in enumerate(vms[1:])
+    ]
+    server = FakePrometheus(lambda query: matrix(*series))
+    server.start()
+    monkeypatch.setattr("reconciler.adapters.traces.prometheus.PAGE_POINTS", 10)
+    try:
+        done = reconciler(
+            capsys, "simulate", scenario, "--prometheus", server.url, "--since", "2h",
+            "--snapshot", snapshot, "--format", "json",
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert done.code == EXIT_OK, done.err
+    report = json.loads(done.out)
+    assert report["vms"] == len(vms) - 1  # the one Prometheus has nothing of is left out
+    assert report["source"] == f"Prometheus at {server.url}"
+    assert len(server.queries) == 3  # 24 steps in pages of 10
+    assert report["policies"][0]["rounds"] >= 1
+
+
+def test_prometheus_needs_a_period_and_the_observed_vms(
+    capsys: pytest.CaptureFixture[str], folder: Path
+) -> None:
+    done = reconciler(capsys, "simulate", folder, "--prometheus", "--since", "7d")
+    assert done.code == EXIT_ERROR
+    assert "--snapshot FILE" in done.err
