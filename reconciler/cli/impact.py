@@ -34,6 +34,7 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.history import duration
 from reconciler.cli.requests import DEFAULT_REPO_FOLDER, ForgeRequest, forge_request_of
+from reconciler.cli.simulating import CHART_HELP, TRACE_HELP
 from reconciler.core import backtest, impact, planner
 from reconciler.core.rollout_report import rollout_plan
 from reconciler.engine.observed import require_observed
@@ -42,6 +43,7 @@ from reconciler.errors import ConfigError, ValidationFailed
 from reconciler.model.desired import DesiredState
 from reconciler.model.impact import Impact
 from reconciler.model.quantity import format_duration
+from reconciler.model.simulation import SimulationReport
 from reconciler.model.snapshot import Snapshot
 from reconciler.report import impact_report
 
@@ -91,6 +93,18 @@ def register(sub: Subparsers) -> None:
         "period under both revisions, e.g. 7d",
     )
     add_now_argument(p, "plan", decides="cooldowns, minUptime and the end of --since")
+    sim = p.add_argument_group(
+        "simulation", "replay base and head over days of load (docs/simulate.md)"
+    )
+    sim.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also replay both revisions through their rounds over --since of the load "
+        "Prometheus recorded (spec.load.source: prometheus), or over --trace, on the snapshot's "
+        "cluster, and add the scores to the report and the comment",
+    )
+    sim.add_argument("--trace", type=Path, metavar="PATH", help=TRACE_HELP)
+    sim.add_argument("--chart", type=Path, metavar="FILE.svg", help=CHART_HELP)
     post = p.add_argument_group(
         "pull-request comment", f"post the Markdown as one comment (token in ${TOKEN_ENV})"
     )
@@ -147,6 +161,9 @@ class ImpactRequest:
     since: timedelta | None
     now: datetime | None
     comment: CommentRequest | None
+    simulate: bool = False
+    trace: Path | None = None
+    chart: Path | None = None
 
 
 def request(args: argparse.Namespace) -> ImpactRequest:
@@ -163,6 +180,9 @@ def request(args: argparse.Namespace) -> ImpactRequest:
         since=args.since,
         now=args.now,
         comment=CommentRequest(args.pr, forge_request_of(args)) if args.post_comment else None,
+        simulate=args.simulate,
+        trace=args.trace,
+        chart=args.chart,
     )
 
 
@@ -191,8 +211,9 @@ def _snapshot(
     return snapshot, source
 
 
-def compute(request: ImpactRequest) -> Impact:
-    """The impact the request asks for (no output)."""
+def compute(request: ImpactRequest) -> tuple[Impact, SimulationReport | None]:
+    """The impact the request asks for, and the simulation of both revisions when it asks
+    for one (no output)."""
     from reconciler.adapters.git.observations import observed_snapshots
     from reconciler.adapters.git.repo import GitStateRepo
 
@@ -218,6 +239,10 @@ def compute(request: ImpactRequest) -> Impact:
     compared = impact.compare(
         plans[0], plans[1], path=str(rel), snapshot_source=source, backtest=replayed
     )
+    simulated = None
+    if request.simulate:
+        sides = [(f"base {request.base}", base), (f"head {request.head}", head)]
+        simulated = _simulated(request, sides, snapshot)
     # a rollout the head adds or changes: the plan a reviewer approves by merging it
     rollouts = [
         rollout_plan(r, head, snapshot, impact.steady_history(head, snapshot), now=now)
@@ -225,8 +250,46 @@ def compute(request: ImpactRequest) -> Impact:
         if r not in base.rollouts
     ]
     if not rollouts:
-        return compared
-    return compared.model_copy(update={"rollouts": rollouts, "differs": True})
+        return compared, simulated
+    return compared.model_copy(update={"rollouts": rollouts, "differs": True}), simulated
+
+
+def _simulated(
+    request: ImpactRequest, sides: list[tuple[str, DesiredState]], snapshot: Snapshot
+) -> SimulationReport:
+    """Both revisions replayed over the load: --trace, else what Prometheus recorded over
+    --since (the head's spec.load.prometheus)."""
+    from reconciler.cli.simulating import SimulateRequest, simulate
+    from reconciler.model.load import LoadSource
+
+    head = sides[1][1]
+    recorded = head.policy.spec.load.source is LoadSource.PROMETHEUS
+    if request.trace is None and not (recorded and request.since is not None):
+        raise ConfigError(
+            "--simulate replays the load Prometheus recorded over --since, or a --trace",
+            hint="give --since 7d with spec.load.source: prometheus, or --trace PATH",
+        )
+    wanted = SimulateRequest(
+        path=None,
+        trace=request.trace,
+        prometheus="" if request.trace is None else None,
+        since=request.since,
+        step=None,
+        policies=(),
+        repo=None,
+        branch="main",
+        cache_dir=None,
+        base=None,
+        head=None,
+        hosts=None,
+        kinds=None,
+        snapshot=None,
+        period=None,
+        literature=False,
+        format="markdown",
+        chart=request.chart,
+    )
+    return simulate(wanted, sides, snapshot)
 
 
 def _post(comment: CommentRequest, url: str, markdown: str, path: str) -> str:
@@ -257,15 +320,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def show(request: ImpactRequest) -> int:
-    result = compute(request)
+    result, simulated = compute(request)
     since = format_duration(request.since) if request.since is not None else None
     markdown = impact_report.impact_markdown(result, since=since)
+    if simulated is not None:
+        from reconciler.cli.simulating import write_text
+        from reconciler.report import simulation_report
+
+        chart = request.chart.name if request.chart is not None else None
+        markdown += "\n" + simulation_report.simulation_markdown(simulated, chart)
+        if request.chart is not None:
+            write_text(request.chart, simulation_report.simulation_svg(simulated))
     if request.format == "json":
-        print(impact_report.impact_json(result), end="")
+        print(impact_report.impact_json(result, simulated), end="")
     elif request.format == "markdown":
         print(markdown, end="")
     else:
         print(impact_report.impact_text(result), end="")
+        if simulated is not None:
+            from reconciler.report import simulation_report
+
+            print(simulation_report.simulation_text(simulated), end="")
     if request.comment is not None:
         done = _post(request.comment, request.url, markdown, result.path)
         print(f"impact comment on #{request.comment.pr}: {done}", file=sys.stderr)

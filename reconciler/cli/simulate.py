@@ -19,7 +19,13 @@ from reconciler.cli.common import (
     usage_errors_exit_1,
 )
 from reconciler.cli.history import duration
-from reconciler.cli.simulating import SimulateRequest, simulate, write_text
+from reconciler.cli.simulating import (
+    CHART_HELP,
+    TRACE_HELP,
+    SimulateRequest,
+    simulate,
+    write_text,
+)
 from reconciler.errors import ConfigError
 from reconciler.model.desired import DesiredState
 
@@ -54,8 +60,7 @@ def register(sub: Subparsers) -> None:
         "--trace",
         type=Path,
         metavar="PATH",
-        help="a folder in the PlanetLab format (one file per VM, a CPU percentage per line "
-        "per 300 s) or a CSV of time,vm,cpu[,memory,dirty] (cpu in cores)",
+        help=TRACE_HELP,
     )
     source.add_argument(
         "--prometheus",
@@ -109,7 +114,7 @@ def register(sub: Subparsers) -> None:
         "no VM draws nothing (as in CloudSim)",
     )
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("--chart", type=Path, metavar="FILE.svg", help="write the chart here")
+    p.add_argument("--chart", type=Path, metavar="FILE.svg", help=CHART_HELP)
     usage_errors_exit_1(p)
     p.set_defaults(handler=run)
 

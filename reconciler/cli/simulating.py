@@ -42,6 +42,12 @@ class SimulateRequest:
     chart: Path | None
 
 
+TRACE_HELP = (
+    "a folder in the PlanetLab format (one file per VM, a CPU percentage per line per 300 s) "
+    "or a CSV of time,vm,cpu[,memory,dirty] (cpu in cores)"
+)
+CHART_HELP = "write the chart (spread, hot hosts, migrations per round) here, as SVG"
+
 GIB = 1024**3
 DEFAULT_MEMORY = GIB
 """A trace VM whose memory nothing gives (no snapshot, no memory column): 1 GiB."""
@@ -83,7 +89,8 @@ def _from_prometheus(request: SimulateRequest, desired: DesiredState, snapshot: 
     spec = desired.policy.spec.load.prometheus
     if request.prometheus:
         spec = spec.model_copy(update={"url": request.prometheus})
-    assert request.since is not None
+    if request.since is None:
+        raise ConfigError("a period to replay", hint="give --since, e.g. 7d")
     end = datetime.now(UTC)
     step = (request.step or timedelta(minutes=5)).total_seconds()
     trace, missing = read_prometheus(
@@ -104,12 +111,16 @@ def _from_prometheus(request: SimulateRequest, desired: DesiredState, snapshot: 
 
 
 def simulate(
-    request: SimulateRequest, policies: Sequence[tuple[str, DesiredState]]
+    request: SimulateRequest,
+    policies: Sequence[tuple[str, DesiredState]],
+    observed: Snapshot | None = None,
 ) -> SimulationReport:
+    """Every policy of ``policies`` on the request's load and cluster; ``observed``: the
+    cluster as observed, when the caller has it already (else ``--snapshot``)."""
     from reconciler.core.simulation import setup
 
-    snapshot = None
-    if request.snapshot is not None:
+    snapshot = observed
+    if snapshot is None and request.snapshot is not None:
         from reconciler.adapters.files.snapshot import load_snapshot
 
         snapshot = load_snapshot(request.snapshot)
@@ -117,7 +128,11 @@ def simulate(
     if request.trace is not None:
         trace = _trace(request.trace, snapshot)
     else:
-        assert snapshot is not None
+        if snapshot is None:
+            raise ConfigError(
+                "--prometheus replays the VMs of an observed cluster",
+                hint="give --snapshot FILE (observe --format json > FILE)",
+            )
         trace = _from_prometheus(request, first, snapshot)
     trace, where = setup.sized(trace, snapshot)
     if request.period is not None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from reconciler.model.impact import Backtest, Impact, SideTotals
 from reconciler.model.plan import Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
+from reconciler.model.simulation import SimulationReport
 from reconciler.report.plan_json import plan_document
 from reconciler.report.rollout_text import plan_text
 
@@ -21,9 +22,11 @@ def comment_marker(path: str) -> str:
     return f"<!-- {MARKER}: {path} -->"
 
 
-def impact_json(impact: Impact) -> str:
+def impact_json(impact: Impact, simulation: SimulationReport | None = None) -> str:
     data = impact.model_dump(mode="json", by_alias=True)
     data["base"], data["head"] = plan_document(impact.base), plan_document(impact.head)
+    if simulation is not None:
+        data["simulation"] = simulation.model_dump(mode="json", by_alias=True)
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 

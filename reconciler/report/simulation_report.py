@@ -55,6 +55,43 @@ def simulation_text(report: SimulationReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 48) -> str:
+    """``values`` as a line of block characters, at most ``width`` (each the peak of its
+    share), scaled to their own peak: a chart every forge shows."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    cells = [
+        max(
+            values[i * len(values) // n : max((i + 1) * len(values) // n, i * len(values) // n + 1)]
+        )
+        for i in range(n)
+    ]
+    peak = max(cells)
+    if peak <= 0:
+        return SPARKS[0] * n
+    return "".join(SPARKS[min(7, int(8 * v / peak))] if v > 0 else SPARKS[0] for v in cells)
+
+
+def simulation_sparklines(report: SimulationReport) -> list[str]:
+    """Per policy, the spread, hot hosts and migrations of its rounds, as text charts."""
+    lines = []
+    for p in report.policies:
+        spread = [t.spread or 0.0 for t in p.timeline]
+        hot = [float(t.hot) for t in p.timeline]
+        moved = [float(t.migrations) for t in p.timeline]
+        lines += [
+            f"{p.policy}",
+            f"  spread      {sparkline(spread)}  peak {max(spread, default=0):.1f}",
+            f"  hot hosts   {sparkline(hot)}  peak {max(hot, default=0):.0f}",
+            f"  migrations  {sparkline(moved)}  peak {max(moved, default=0):.0f} per round",
+        ]
+    return lines
+
+
 def simulation_markdown(report: SimulationReport, chart: str | None = None) -> str:
     names = [p.policy for p in report.policies]
     lines = [f"**Simulation** {_heading(report)}", ""]
@@ -62,6 +99,7 @@ def simulation_markdown(report: SimulationReport, chart: str | None = None) -> s
     lines.append("|---|" + "---:|" * len(names))
     for label, value in ROWS:
         lines.append(f"| {label} | " + " | ".join(value(p) for p in report.policies) + " |")
+    lines += ["", "```text", *simulation_sparklines(report), "```"]
     if chart:
         lines += ["", f"![spread, hot hosts and migrations per round]({chart})"]
     return "\n".join(lines) + "\n"

@@ -246,3 +246,51 @@ def test_a_rollout_the_head_adds_shows_its_evacuation_plan(
         md.out.splitlines()
     )
     assert "rollout night (2 hosts, blocked)" in md.out
+
+
+def test_impact_simulates_both_revisions_over_a_trace_into_the_comment(
+    world: tuple[str, Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--simulate replays base and head on the snapshot's cluster over a CSV trace in which
+    kvm-01's batch VMs stay busy: the base (threshold 20) balances more than the head (60);
+    both columns, the text charts and the SVG are in the Markdown a comment carries."""
+    from tests.impact.world import VMS
+
+    url, person, snap, common = world
+    rows = ["time,vm,cpu"]
+    for k in range(24):
+        for name in VMS:
+            rows.append(f"{1_740_787_200 + 300 * k},{name},{HOT.get(name, 0.5)}")
+    trace = tmp_path / "load.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    chart = tmp_path / "chart.svg"
+    run = reconciler(
+        capsys, "impact", *common, "--base", "main", "--head", "lower", "--snapshot", snap,
+        "--simulate", "--trace", trace, "--chart", chart, "--format", "markdown",
+    )  # fmt: skip
+    assert run.code == EXIT_CHANGES, run.err
+    assert "**Simulation**" in run.out
+    assert "| | `base main` | `head lower` |" in run.out
+    migrations = next(line for line in run.out.splitlines() if line.startswith("| migrations |"))
+    base, head = (cell.strip() for cell in migrations.split("|")[2:4])
+    assert int(base) > int(head)  # the lower threshold balances more
+    assert "spread      " in run.out  # the text chart every forge shows
+    assert chart.read_text().startswith("<svg")
+    as_json = reconciler(
+        capsys, "impact", *common, "--base", "main", "--head", "lower", "--snapshot", snap,
+        "--simulate", "--trace", trace, "--format", "json",
+    )  # fmt: skip
+    data = json.loads(as_json.out)
+    assert [p["policy"] for p in data["simulation"]["policies"]] == ["base main", "head lower"]
+
+
+def test_impact_simulate_without_a_load_says_what_to_give(
+    world: tuple[str, Path, Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, person, snap, common = world
+    run = reconciler(
+        capsys, "impact", *common, "--base", "main", "--head", "lower", "--snapshot", snap,
+        "--simulate",
+    )  # fmt: skip
+    assert run.code == EXIT_ERROR
+    assert "--trace PATH" in run.err
