@@ -273,6 +273,7 @@ def _simulated(
         path=None,
         trace=request.trace,
         prometheus="" if request.trace is None else None,
+        recorded=False,
         since=request.since,
         step=None,
         policies=(),

@@ -28,6 +28,7 @@ from reconciler.cli.simulating import (
 )
 from reconciler.errors import ConfigError
 from reconciler.model.desired import DesiredState
+from reconciler.model.snapshot import Snapshot
 
 EPILOG = """\
 exit codes:
@@ -61,6 +62,12 @@ def register(sub: Subparsers) -> None:
         type=Path,
         metavar="PATH",
         help=TRACE_HELP,
+    )
+    source.add_argument(
+        "--recorded",
+        action="store_true",
+        help="the load run recorded on reconciler/observed/<cluster> over --since (with "
+        "--repo): the snapshots the backtest of impact reads",
     )
     source.add_argument(
         "--prometheus",
@@ -120,9 +127,16 @@ def register(sub: Subparsers) -> None:
 
 
 def request(args: argparse.Namespace) -> SimulateRequest:
-    if (args.trace is None) == (args.prometheus is None):
+    if sum((args.trace is not None, args.prometheus is not None, args.recorded)) != 1:
         raise ConfigError(
-            "give one load to replay", hint="--trace PATH, or --prometheus [URL] --since 7d"
+            "give one load to replay",
+            hint="--trace PATH, --prometheus [URL] --since 7d, or --repo URL --recorded "
+            "--since 7d",
+        )
+    if args.recorded and (args.repo is None or args.since is None):
+        raise ConfigError(
+            "--recorded reads what run recorded in the state repository",
+            hint="give --repo URL and --since, e.g. 7d",
         )
     if args.prometheus is not None and (args.since is None or args.snapshot is None):
         raise ConfigError(
@@ -139,6 +153,7 @@ def request(args: argparse.Namespace) -> SimulateRequest:
         path=args.path,
         trace=args.trace,
         prometheus=args.prometheus,
+        recorded=args.recorded,
         since=args.since,
         step=args.step,
         policies=tuple(args.policy),
@@ -159,7 +174,8 @@ def request(args: argparse.Namespace) -> SimulateRequest:
 
 def run(args: argparse.Namespace) -> int:
     wanted = request(args)
-    report = simulate(wanted, _policies(wanted))
+    policies, recorded = _policies(wanted)
+    report = simulate(wanted, policies, recorded=recorded)
     from reconciler.report import simulation_report as out
 
     if wanted.chart is not None:
@@ -175,8 +191,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policies(request: SimulateRequest) -> list[tuple[str, DesiredState]]:
-    """(name, desired state) of each policy compared, the cluster's own first."""
+def _policies(
+    request: SimulateRequest,
+) -> tuple[list[tuple[str, DesiredState]], list[Snapshot] | None]:
+    """(name, desired state) of each policy compared, the cluster's own first; with
+    --recorded, the snapshots recorded on reconciler/observed/<cluster> over --since."""
+    recorded: list[Snapshot] | None = None
     if request.repo is not None:
         from reconciler.cli.common import checkout_state
         from reconciler.cli.requests import DEFAULT_REPO_FOLDER, RepoRequest
@@ -202,6 +222,21 @@ def _policies(request: SimulateRequest) -> list[tuple[str, DesiredState]]:
             ]
         else:
             out = [(f"{checkout.branch} ({checkout.commit[:8]})", config.load_desired(folder))]
+        if request.recorded:
+            from datetime import UTC, datetime
+
+            from reconciler.adapters.git.observations import observed_branch, observed_snapshots
+
+            assert request.since is not None
+            cluster = out[0][1].cluster.metadata.name
+            since = datetime.now(UTC) - request.since
+            recorded = [s for _, s in observed_snapshots(checkout.repo, cluster, since=since)]
+            if not recorded:
+                raise ConfigError(
+                    f"{checkout.repo.display_url} has no snapshot on {observed_branch(cluster)} "
+                    f"from the last {request.since}",
+                    hint="run `reconciler run --repo` (it records there), or a longer --since",
+                )
     else:
         folder = cluster_folder(request.path)
         out = [("current", config.load_desired(folder))]
@@ -209,4 +244,4 @@ def _policies(request: SimulateRequest) -> list[tuple[str, DesiredState]]:
 
     for policy in request.policies:
         out.append((policy.stem, load_with_policy(folder, policy)))
-    return out
+    return out, recorded

@@ -25,6 +25,7 @@ class SimulateRequest:
     trace: Path | None
     prometheus: str | None
     """--prometheus: "" for the policy's own server, else another URL."""
+    recorded: bool
     since: timedelta | None
     step: timedelta | None
     policies: tuple[Path, ...]
@@ -114,6 +115,8 @@ def simulate(
     request: SimulateRequest,
     policies: Sequence[tuple[str, DesiredState]],
     observed: Snapshot | None = None,
+    *,
+    recorded: Sequence[Snapshot] | None = None,
 ) -> SimulationReport:
     """Every policy of ``policies`` on the request's load and cluster; ``observed``: the
     cluster as observed, when the caller has it already (else ``--snapshot``)."""
@@ -125,7 +128,19 @@ def simulate(
 
         snapshot = load_snapshot(request.snapshot)
     first = policies[0][1]
-    if request.trace is not None:
+    if recorded:
+        from datetime import UTC, datetime
+
+        from reconciler.core.simulation.trace import trace_of_snapshots
+
+        assert request.since is not None
+        end = datetime.now(UTC)
+        step = (request.step or first.policy.spec.record.every).total_seconds()
+        snapshot = snapshot or max(recorded, key=lambda s: s.taken_at)
+        trace = trace_of_snapshots(
+            recorded, start=end - request.since, end=end, step=step, source="recorded snapshots"
+        )
+    elif request.trace is not None:
         trace = _trace(request.trace, snapshot)
     else:
         if snapshot is None:

@@ -294,3 +294,40 @@ def test_impact_simulate_without_a_load_says_what_to_give(
     )  # fmt: skip
     assert run.code == EXIT_ERROR
     assert "--trace PATH" in run.err
+
+
+def test_simulate_replays_what_run_recorded_on_the_observed_branch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run's recordings over the last three hours, pushed to reconciler/observed/lab of a bare
+    repository, replayed on the cluster of the newest: every recorded VM is in the report."""
+    from datetime import UTC, datetime, timedelta
+
+    from reconciler.adapters.git.repo import GitStateRepo
+    from reconciler.cli.observations import Recorder
+    from reconciler.model.policy import BalancePolicy
+    from tests.impact.world import VMS, snapshot
+
+    url, _ = state_remote(tmp_path)
+    repo = GitStateRepo(url, cache_dir=tmp_path / "recorder-cache")
+    repo.fetch()
+    recorder = Recorder(tmp_path / "state", "lab", repo)
+    policy = BalancePolicy.model_validate(
+        {"apiVersion": "placement/v1alpha1", "kind": "BalancePolicy", "metadata": {"name": "p"}}
+    )
+    start = datetime.now(UTC) - timedelta(hours=3)
+    for k in range(6):
+        t = start + timedelta(minutes=31 * k)
+        recorder.after_round(snapshot(t, cpu={"batch-1": 1.0 + k}), policy, t)
+    done = reconciler(
+        capsys, "simulate", "cluster-state", "--repo", url, "--cache-dir", tmp_path / "cache",
+        "--recorded", "--since", "4h", "--format", "json",
+    )  # fmt: skip
+    assert done.code == EXIT_OK, done.err
+    report = json.loads(done.out)
+    assert report["source"] == "recorded snapshots"
+    assert report["vms"] == len(VMS)
+    assert report["policies"][0]["rounds"] >= 8  # 4h at the example's 15m interval
+    refused = reconciler(capsys, "simulate", "cluster-state", "--recorded", "--since", "4h")
+    assert refused.code == EXIT_ERROR
+    assert "--repo URL" in refused.err

@@ -7,8 +7,12 @@ cores of it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from reconciler.model.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +50,53 @@ class Trace:
         row = self.demand[vm]
         k = min(len(row) - 1, max(0, int(seconds // self.step)))
         return row[k]
+
+
+def trace_of_snapshots(
+    snapshots: Sequence[Snapshot], *, start: datetime, end: datetime, step: float, source: str
+) -> Trace:
+    """The load the recorded ``snapshots`` show, one figure per VM every ``step`` seconds from
+    ``start`` to ``end``: each step the VM's CPU in the last snapshot taken by then (a
+    recording keeps only changes beyond noise, so a figure holds until the next one), its
+    first before it. VMs are every VM any snapshot saw, sized as last seen."""
+    ordered = sorted(snapshots, key=lambda s: s.taken_at)
+    steps = int((end - start).total_seconds() // step)
+    names: dict[str, TraceVm] = {}
+    for snap in ordered:
+        for vm in snap.vms:
+            names[vm.name] = TraceVm(
+                name=vm.name,
+                vcpus=vm.vcpus,
+                memory=vm.memory_max,
+                dirty=float(vm.dirty_rate or 0),
+                labels=tuple(sorted(vm.labels.items())),
+            )
+    order = sorted(names)
+    index = {n: i for i, n in enumerate(order)}
+    rows: list[list[float | None]] = [[None] * steps for _ in order]
+    at = 0
+    last: dict[str, float] = {}
+    for k in range(steps):
+        moment = start + timedelta(seconds=k * step)
+        while at < len(ordered) and ordered[at].taken_at <= moment:
+            for vm in ordered[at].vms:
+                if vm.cpu_used is not None and math.isfinite(vm.cpu_used):
+                    last[vm.name] = vm.cpu_used
+            at += 1
+        for name, value in last.items():
+            rows[index[name]][k] = value
+    demand = []
+    for row in rows:
+        first = next((v for v in row if v is not None), 0.0)
+        filled, value = [], first
+        for v in row:
+            value = v if v is not None else value
+            filled.append(value)
+        demand.append(tuple(filled))
+    return Trace(
+        source=source,
+        start=start,
+        step=step,
+        vms=tuple(names[n] for n in order),
+        demand=tuple(demand),
+    )
