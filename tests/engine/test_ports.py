@@ -21,6 +21,8 @@ SEAMS = {
     "reconciler.engine.loop.Sleep": "the loop's wait, a function passed in by tests",
     "reconciler.engine.loop.Leadership": "the loop's view of the engine's own lease keeper",
     "reconciler.adapters.libvirt.dirty_rate.Calls": "an adapter's own view of libvirt calls",
+    "reconciler.adapters.power.switches.Driver": "the drivers one adapter (PowerSwitches, the "
+    "engine's PowerSwitch) chooses from by the host's power.driver",
 }
 """Protocols that are no way to the world: seams inside the engine, or inside one adapter."""
 
