@@ -66,6 +66,17 @@ demo: setup
 	  $(VENV)/bin/reconciler apply --yes --state-dir .lab/state && \
 	  $(VENV)/bin/reconciler plan --state-dir .lab/state; \
 	fi
+	@# with the lab's Prometheus: what the example policy, and one with a lower threshold, would
+	@# have done with the load the lab's guests made since it started (docs/simulate.md)
+	@url=$$($(VENV)/bin/reconciler lab status | sed -n 's/^Prometheus: //p'); \
+	if [ -n "$$url" ]; then \
+	  sleep 60; \
+	  $(VENV)/bin/reconciler observe --format json > .lab/observed.json; \
+	  sed 's/^\(  threshold: \)[0-9]*/\15/' .lab/cluster-state/policy.yaml > .lab/threshold-5.yaml; \
+	  $(VENV)/bin/reconciler simulate .lab/cluster-state --prometheus "$$url" --since 30m \
+	    --snapshot .lab/observed.json --policy .lab/threshold-5.yaml \
+	    --chart .lab/simulate-chart.svg && echo "chart: .lab/simulate-chart.svg"; \
+	fi
 	@echo; echo "The lab keeps running: try '$(VENV)/bin/reconciler lab status'; stop it with '$(VENV)/bin/reconciler lab down'."
 
 lint: setup
