@@ -35,7 +35,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan, Reason
 from reconciler.model.policy import Basis
 
-if TYPE_CHECKING:  # the engine is imported when a command acts, not for every command
+if TYPE_CHECKING:
     import threading
 
     from reconciler.adapters.libvirt.connection import ConnectionSettings
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the engine is imported when a command acts, not for every c
     from reconciler.engine.holds import JointLease
     from reconciler.engine.leadership import LeaseKeeper
     from reconciler.engine.ports import Hold, Loaded, Observer
+    from reconciler.engine.power import PowerSaving
     from reconciler.engine.recovery import Recovery
     from reconciler.engine.rollouts import RolloutPorts
     from reconciler.engine.round import RoundPorts, RoundReport
@@ -330,9 +331,35 @@ class ActingPath:
                 rollouts=self.rollout_ports(desired, observer, settings)
                 if self.request.command == "run" and desired.rollouts
                 else None,
+                power=self.power_saving(desired, observer, settings),
             )
         finally:
             pool.close()
+
+    def power_saving(
+        self, desired: DesiredState, observer: Observer, settings: ConnectionSettings
+    ) -> PowerSaving | None:
+        """Power saving (docs/power.md), where a host has a power driver: its book in the
+        state directory, the BMCs through their drivers, libvirt asked whether a booted host
+        answers."""
+        if not any(h.power is not None for h in desired.cluster.spec.hosts):
+            return None
+        from reconciler.adapters.files.power import FilePowerStore
+        from reconciler.adapters.libvirt.restarter import LibvirtRestarter
+        from reconciler.adapters.power.switches import PowerSwitches
+        from reconciler.engine.power import PowerPorts, PowerSaving
+
+        cluster = desired.cluster.metadata.name
+        return PowerSaving(
+            cluster,
+            PowerPorts(
+                switch=PowerSwitches(),
+                store=FilePowerStore(cluster, self.state_dir),
+                clock=SystemClock(),
+                observer=observer,
+                answers=LibvirtRestarter(desired.cluster, connection=settings),
+            ),
+        )
 
     def rollout_ports(
         self, desired: DesiredState, observer: Observer, settings: ConnectionSettings

@@ -18,7 +18,7 @@ records; ``simulate`` calls the same two functions on a simulated cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,8 +61,10 @@ def observed_facts(
     now: datetime,
     actor: str | None,
     placement_changed_at: datetime | None,
+    asleep: Collection[str] = (),
 ) -> ObservedFacts:
-    """The facts a round decides on, from its observation and the status the last left."""
+    """The facts a round decides on, from its observation and the status the last left;
+    ``asleep``: hosts powered off on purpose (power saving), known not to answer."""
     sane, distrusted = intents.without_future_records(observed, now + rounds.SKEW_TOLERANCE)
     snapshot, resolutions = intents.resolved(sane, now, actor)
     found = duplicates.found(snapshot)
@@ -73,7 +75,7 @@ def observed_facts(
     late = late_moves.owed_moves(desired.placement.spec.vms, snapshot, late)
     if late:
         desired = late_moves.following(desired, late)
-    down = [h for h in observed.hosts if not h.reachable]
+    down = [h for h in observed.hosts if not h.reachable and h.name not in asleep]
     history = previous.history() if previous is not None else History()
     if history.observed_since is None and not down:
         history = history.model_copy(update={"observed_since": snapshot.taken_at})

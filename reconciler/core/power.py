@@ -137,6 +137,8 @@ def power_next(
         why[h] = "empty: powered off to save its idle power"
         emptying.pop(h)
         standby[h] = StandbyHost(since=now, why=why[h])
+        cpu.pop(h, None)  # no longer capacity in service
+        mem.pop(h, None)
     if low_since is not None and now - low_since >= spec.power_off_after and not power_on:
         chosen = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
                            standby, facts, held)  # fmt: skip
@@ -228,7 +230,9 @@ def _to_empty(
     candidates = []
     for name in cpu:
         h = hosts[name]
-        if name in emptying or name in held or not facts.get(name, HostFacts()).switchable:
+        if name in emptying or name in standby or name in held:
+            continue
+        if not facts.get(name, HostFacts()).switchable:
             continue
         if spec.exclude is not None and matches(spec.exclude, name, h.labels):
             continue

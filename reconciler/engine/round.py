@@ -31,6 +31,7 @@ the host as unknown, never as empty).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -61,6 +62,7 @@ from reconciler.model.snapshot import ReconcilerState, Snapshot
 from reconciler.model.status import Duplicate, MoveResult, ReconcileStatus, RoundOutcome
 
 if TYPE_CHECKING:  # the rollout engine is imported by the rounds of a cluster with rollouts
+    from reconciler.engine.power import PowerSaving
     from reconciler.engine.rollouts import RolloutPorts, RolloutRound
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,10 @@ class RoundPorts:
     rollouts: RolloutPorts | None = None
     """The rollouts' records, commands and hosts: a round that holds the cluster carries the
     rollouts on when it acts, and plans with the hosts they hold out drained."""
+    power: PowerSaving | None = None
+    """Power saving (``engine.power``): the round plans with the hosts it empties, powered
+    off or booting held out (those asleep known not to answer), and its step follows the
+    round's record, before recovery, which never fences a host asleep."""
 
 
 @dataclass
@@ -241,9 +247,43 @@ def _after(
         audit = options.audit_trigger
         chosen = audit(report.plan) if audit is not None else options.trigger
         _leave_record(desired, ports.source, ports.recorder, report, options.revision, chosen)
-    if ports.recovery is not None and report.snapshot is not None and report.counted:
-        after = rounds.snapshot_after_moves(report.snapshot, report.results)
+    after = (
+        rounds.snapshot_after_moves(report.snapshot, report.results)
+        if report.snapshot is not None
+        else None
+    )
+    if ports.power is not None and after is not None and report.counted:
+        held = report.rollouts.out if report.rollouts is not None else ()
+        try:
+            ports.power.step(desired, after, act=options.act, held=held)
+        except ReconcilerError as err:
+            log.error("power step failed: %s", err)
+        report.status = report.status.model_copy(
+            update={
+                "standby": dict(sorted((h, s.why) for h, s in ports.power.book().standby.items()))
+            }
+        )
+    if ports.recovery is not None and after is not None and report.counted:
+        if ports.power is not None:  # a host asleep on purpose is no dead host
+            desired, after = _awake(desired, after, ports.power.asleep())
         report.status = ports.recovery(desired, after, report.status)
+
+
+def _awake(
+    desired: DesiredState, snapshot: Snapshot, asleep: tuple[str, ...]
+) -> tuple[DesiredState, Snapshot]:
+    """``desired`` and ``snapshot`` without the hosts ``asleep``."""
+    if not asleep:
+        return desired, snapshot
+    gone = set(asleep)
+    hosts = [h for h in desired.cluster.spec.hosts if h.name not in gone]
+    spec = desired.cluster.spec.model_copy(update={"hosts": hosts})
+    cluster = desired.cluster.model_copy(update={"spec": spec})
+    seen = [h for h in snapshot.hosts if h.name not in gone]
+    return (
+        desired.model_copy(update={"cluster": cluster}),
+        snapshot.model_copy(update={"hosts": seen}),
+    )
 
 
 def _leave_record(
@@ -340,6 +380,7 @@ def _round(
         now=now,
         actor=options.actor,
         placement_changed_at=options.placement_changed_at,
+        asleep=ports.power.asleep() if ports.power is not None else (),
     )
     _tell(facts)
     report.duplicates = facts.duplicates
@@ -358,6 +399,11 @@ def _round(
         report.rollouts = held
         unreadable = held.error.message if held.error is not None and not held.decisions else None
         holding = decide.RolloutHolds(held.snapshot, held.out, held.keep_out, unreadable)
+    if ports.power is not None and holds:
+        out = ports.power.out()
+        if out:  # power saving's hosts join what the rollouts hold out
+            base = holding or decide.RolloutHolds()
+            holding = dataclasses.replace(base, out=tuple(dict.fromkeys((*base.out, *out))))
     actions = decide.next_actions(
         facts,
         act=options.act,

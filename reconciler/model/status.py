@@ -153,6 +153,10 @@ class ReconcileStatus(Frozen):
     )
     last_result: RoundResult | None = None
     next_round_at: AwareDatetime | None = None
+    standby: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hosts power saving powered off, each with why (docs/power.md).",
+    )
     rollouts: list[RolloutState] = Field(
         default_factory=list, description="The cluster's rollouts as the round left them."
     )

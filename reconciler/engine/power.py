@@ -1,0 +1,268 @@
+"""Power saving carried out: the step run after each round of the active instance.
+
+What to do is decided by ``core.power.power_next`` (hosts to empty, to power off, to power
+on); this module does it through the ports ``PowerSwitch`` (the hosts' BMCs), ``PowerStore``
+(the book, in the state directory), ``Observer`` and ``Answers`` (libvirt):
+
+- **Hold**: before each round plans, the hosts being emptied, asleep or booting are held out
+  (:meth:`PowerSaving.out`): the plan drains them as maintenance does, within batch, parallel
+  and cooldown, and moves nothing to them; the asleep and booting ones count as observed (a
+  host powered off on purpose does not answer) and are never fenced by recovery.
+- **Power off**: an emptied host is powered off only when a fresh observation shows no VM on
+  it; an intent is saved first; the BMC is then read until it says off (a graceful shutdown
+  that does not end is given up and the host stays in service, named).
+- **Power on**: an intent, the BMC asked, the host booting until libvirt answers it in full;
+  a boot longer than ``bootTimeout`` is given up (named; the next standby host is chosen by a
+  later round while demand stays high).
+- **After a crash** an intent found in the book is resolved from the BMC: off means the host
+  is asleep, on means it is in service (or booting).
+
+With ``mode: propose`` nothing is switched and nothing is emptied; the decision is logged and
+shown in the status. With ``mode: off`` every host asleep is powered on again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from reconciler.core.power import HostFacts, PowerNext, power_next
+from reconciler.engine.ports import Answers, Clock, Observer, PowerStore, PowerSwitch
+from reconciler.errors import ReconcilerError
+from reconciler.model.cluster import Host
+from reconciler.model.desired import DesiredState
+from reconciler.model.power import PowerAction, PowerBook, PowerIntent, PowerMode, StandbyHost
+from reconciler.model.recovery import PowerState
+from reconciler.model.snapshot import Snapshot, VmRunState
+
+log = logging.getLogger(__name__)
+
+OFF_POLL_SECONDS = 2.0
+"""How often the BMC is read while a host shuts down."""
+
+
+@dataclass
+class PowerPorts:
+    switch: PowerSwitch
+    store: PowerStore
+    clock: Clock
+    observer: Observer
+    answers: Answers
+    sleep: object = time.sleep
+    """Waits between readings of a BMC (tests pass their own)."""
+
+
+@dataclass
+class PowerReport:
+    """What one power step did and decided."""
+
+    decided: PowerNext | None = None
+    powered_off: list[str] = field(default_factory=list)
+    powered_on: list[str] = field(default_factory=list)
+    in_service: list[str] = field(default_factory=list)
+    """Hosts whose boot ended this step."""
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class PowerSaving:
+    """The power book of one cluster across the rounds of one instance."""
+
+    def __init__(self, cluster: str, ports: PowerPorts) -> None:
+        self.cluster = cluster
+        self.ports = ports
+        self.last = PowerReport()
+
+    def book(self) -> PowerBook:
+        return self.ports.store.load() or PowerBook(cluster=self.cluster)
+
+    def asleep(self) -> tuple[str, ...]:
+        """Hosts powered off or booting on purpose: they do not answer, and that is known."""
+        book = self.book()
+        return tuple(sorted({*book.standby, *book.booting}))
+
+    def out(self) -> tuple[str, ...]:
+        """Hosts a round's plan holds out: being emptied, asleep or booting."""
+        book = self.book()
+        return tuple(sorted({*book.emptying, *book.standby, *book.booting}))
+
+    def step(
+        self,
+        desired: DesiredState,
+        snapshot: Snapshot,
+        *,
+        act: bool,
+        held: Collection[str] = (),
+    ) -> PowerReport:
+        """One power step on the round's observation (after its moves); ``act``: the round
+        may act (the policy's mode is apply and the cluster is held)."""
+        report = PowerReport()
+        now = self.ports.clock.now()
+        book = self._resolved(self.book(), desired)
+        book = self._booted(book, desired, now, report)
+        hosts = {h.name: h for h in desired.cluster.spec.hosts}
+        facts = {name: HostFacts(switchable=h.power is not None) for name, h in hosts.items()}
+        decided = power_next(desired, snapshot, book, now, facts=facts, held=held)
+        report.decided = decided
+        mode = desired.policy.spec.power.mode
+        for host, why in sorted(decided.why.items()):
+            log.info("power: %s: %s", host, why)
+        if mode is PowerMode.PROPOSE or not act:
+            # nothing switched, nothing emptied: only the streaks go on
+            kept = book.model_copy(
+                update={"low_since": decided.book.low_since, "high_since": decided.book.high_since}
+            )
+            self.ports.store.save(kept)
+            self.last = report
+            return report
+        book = decided.book
+        for host in decided.power_off:
+            book = self._power_off(book, hosts[host], now, report)
+        for host in decided.power_on:
+            book = self._power_on(book, hosts[host], now, report)
+        self.ports.store.save(book)
+        self.last = report
+        return report
+
+    # -- one host ----------------------------------------------------------------------------
+
+    def _with_intent(self, book: PowerBook, host: str, action: PowerAction, why: str) -> PowerBook:
+        intent = PowerIntent(host=host, action=action, started_at=self.ports.clock.now(), why=why)
+        book = book.model_copy(update={"intents": {**book.intents, host: intent}})
+        self.ports.store.save(book)  # the intent is kept before the BMC is asked
+        return book
+
+    def _done(self, book: PowerBook, host: str, **update: object) -> PowerBook:
+        intents = {h: i for h, i in book.intents.items() if h != host}
+        return book.model_copy(update={"intents": intents, **update})
+
+    def _power_off(
+        self, book: PowerBook, host: Host, now: datetime, report: PowerReport
+    ) -> PowerBook:
+        name = host.name
+        standby = {h: s for h, s in book.standby.items() if h != name}
+        if host.power is None:
+            return book.model_copy(update={"standby": standby})
+        if self.ports.switch.power_state(name, host.power).state is PowerState.OFF:
+            log.info("power: %s is off already", name)  # an earlier step's, resolved
+            entry = StandbyHost(since=now, why="off")
+            return book.model_copy(update={"standby": {**standby, name: entry}})
+        fresh = self.ports.observer.observe()
+        busy = [v.name for v in fresh.vms if v.host == name and v.state is not VmRunState.SHUTOFF]
+        seen = next((h for h in fresh.hosts if h.name == name), None)
+        if busy or seen is None or not seen.reachable:
+            why = (
+                f"a fresh look shows {', '.join(busy)} running there"
+                if busy
+                else "it did not answer the fresh look before powering off"
+            )
+            log.warning("power: not powering %s off: %s", name, why)
+            report.failed[name] = why
+            emptying = {h: t for h, t in book.emptying.items() if h != name}
+            return book.model_copy(update={"standby": standby, "emptying": emptying})
+        why = book.standby[name].why if name in book.standby else "empty"
+        book = self._with_intent(book.model_copy(update={"standby": standby}), name,
+                                 PowerAction.OFF, why)  # fmt: skip
+        try:
+            self.ports.switch.power_off(name, host.power)
+            off = self._until(name, host, PowerState.OFF)
+        except ReconcilerError as err:
+            off, why = False, err.message
+        if not off:
+            log.error("power: %s could not be powered off (%s); it stays in service", name, why)
+            report.failed[name] = why
+            return self._done(book, name, failed={**book.failed, name: why})
+        log.warning("power: %s powered off (%s)", name, why)
+        report.powered_off.append(name)
+        entry = StandbyHost(since=now, why=why)
+        return self._done(book, name, standby={**book.standby, name: entry})
+
+    def _power_on(
+        self, book: PowerBook, host: Host, now: datetime, report: PowerReport
+    ) -> PowerBook:
+        name = host.name
+        if host.power is None:
+            booting = {h: t for h, t in book.booting.items() if h != name}
+            return book.model_copy(update={"booting": booting})
+        book = self._with_intent(book, name, PowerAction.ON, "demand above the band")
+        try:
+            self.ports.switch.power_on(name, host.power)
+        except ReconcilerError as err:
+            log.error("power: %s could not be powered on: %s", name, err)
+            report.failed[name] = err.message
+            booting = {h: t for h, t in book.booting.items() if h != name}
+            standby = {**book.standby, name: StandbyHost(since=now, why=err.message)}
+            return self._done(book, name, booting=booting, standby=standby,
+                              failed={**book.failed, name: err.message})  # fmt: skip
+        log.warning("power: %s powered on; in service once libvirt answers", name)
+        report.powered_on.append(name)
+        return self._done(book, name, booting={**book.booting, name: now})
+
+    def _until(self, name: str, host: Host, state: PowerState) -> bool:
+        """Read the BMC until it says ``state``, within the host's boot timeout."""
+        assert host.power is not None
+        deadline = time.monotonic() + host.power.boot_timeout.total_seconds()
+        while True:
+            said = self.ports.switch.power_state(name, host.power)
+            if said.state is state:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            self.ports.sleep(OFF_POLL_SECONDS)  # type: ignore[operator]
+
+    def _booted(
+        self, book: PowerBook, desired: DesiredState, now: datetime, report: PowerReport
+    ) -> PowerBook:
+        """Booting hosts whose libvirt answers in full are in service; one that takes longer
+        than its bootTimeout is given up."""
+        hosts: Mapping[str, Host] = {h.name: h for h in desired.cluster.spec.hosts}
+        booting = dict(book.booting)
+        failed = dict(book.failed)
+        standby = dict(book.standby)
+        for name, since in sorted(book.booting.items()):
+            answer = self.ports.answers.answers(name)
+            if answer.why is None:
+                log.warning("power: %s is back in service (%s)", name, answer.version)
+                report.in_service.append(name)
+                del booting[name]
+                failed.pop(name, None)
+                continue
+            host = hosts.get(name)
+            limit = host.power.boot_timeout if host is not None and host.power else None
+            if limit is not None and now - since > limit:
+                why = f"did not come up within bootTimeout ({answer.why})"
+                log.error("power: %s %s; the next standby host is tried", name, why)
+                report.failed[name] = why
+                failed[name] = why
+                del booting[name]
+                standby[name] = StandbyHost(since=now, why=f"boot failed: {why}")
+        return book.model_copy(update={"booting": booting, "failed": failed, "standby": standby})
+
+    def _resolved(self, book: PowerBook, desired: DesiredState) -> PowerBook:
+        """Intents a crash left, resolved from what the BMC says now."""
+        if not book.intents:
+            return book
+        hosts = {h.name: h for h in desired.cluster.spec.hosts}
+        for name, intent in sorted(book.intents.items()):
+            host = hosts.get(name)
+            if host is None or host.power is None:
+                book = self._done(book, name)
+                continue
+            said = self.ports.switch.power_state(name, host.power)
+            if intent.action is PowerAction.OFF and said.state is PowerState.OFF:
+                entry = StandbyHost(since=intent.started_at, why=intent.why)
+                book = self._done(book, name, standby={**book.standby, name: entry})
+            elif intent.action is PowerAction.ON and said.state is PowerState.ON:
+                book = self._done(book, name, booting={**book.booting, name: intent.started_at})
+            else:
+                log.warning(
+                    "power: the %s of %s before a restart did not take effect (the BMC says " "%s)",
+                    intent.action.value,
+                    name,
+                    said.state.value,
+                )
+                book = self._done(book, name)
+            log.info("power: resolved the %s intent of %s", intent.action.value, name)
+        return book
