@@ -263,6 +263,15 @@ def panels() -> list[Panel]:
         ),
         panel(
             "timeseries",
+            "Hosts in standby",
+            (0, 48, 8, 6),
+            [(f"max(reconciler_hosts_standby{{{C}}} {ACTIVE})", "standby")],
+            description="Hosts power saving has powered off (spec.power, docs/power.md): "
+            "they count as capacity that costs a power-on; the status names each with why.",
+            custom={"drawStyle": "bars", "fillOpacity": 80},
+        ),
+        panel(
+            "timeseries",
             "Load unknown over the window",
             (16, 40, 8, 8),
             [(f"max by (kind) (reconciler_load_unknown{{{C}}} {ACTIVE})", "{{kind}}")],

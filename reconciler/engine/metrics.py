@@ -105,6 +105,13 @@ class Metrics:
             ["cluster", "kind"],
             registry=r,
         )
+        self.standby = Gauge(
+            "reconciler_hosts_standby",
+            "Hosts power saving has powered off (docs/power.md): capacity that costs a "
+            "power-on.",
+            ["cluster"],
+            registry=r,
+        )
         self.load_unknown = Gauge(
             "reconciler_load_unknown",
             "Running VMs (kind=vm) and hosts (kind=host) whose load over the window is unknown "
@@ -201,6 +208,7 @@ class Metrics:
     def record_round(self, status: ReconcileStatus, seconds: float) -> None:
         """Count one finished round and the moves of its result (each result only once)."""
         self.record_rollouts(status)
+        self.standby.labels(self.cluster).set(len(status.standby))
         result = status.last_result
         failed = result is not None and result.outcome is RoundOutcome.FAILED
         self.reconciles.labels(self.cluster, "error" if failed else "ok").inc()

@@ -54,3 +54,15 @@ def test_a_plan_sets_spread_threshold_rounds_over_and_hold_rounds_per_arch() -> 
     assert value("reconciler_spread", "aarch64") == 5.0
     host = {"cluster": "lab", "host": "kvm-01"}
     assert metrics.registry.get_sample_value("reconciler_host_score", host) == 40.0
+
+
+def test_hosts_in_standby_are_counted_from_the_rounds_status() -> None:
+    from reconciler.model.status import ReconcileStatus
+
+    metrics = Metrics("lab")
+    asleep = ReconcileStatus(cluster="lab", standby={"kvm-02": "idle", "kvm-03": "idle"})
+    metrics.record_round(asleep, 0.1)
+    value = metrics.registry.get_sample_value("reconciler_hosts_standby", {"cluster": "lab"})
+    assert value == 2
+    metrics.record_round(ReconcileStatus(cluster="lab"), 0.1)
+    assert metrics.registry.get_sample_value("reconciler_hosts_standby", {"cluster": "lab"}) == 0
