@@ -358,6 +358,7 @@ class ActingPath:
                 clock=SystemClock(),
                 observer=observer,
                 answers=LibvirtRestarter(desired.cluster, connection=settings),
+                source=self.source,
             ),
         )
 

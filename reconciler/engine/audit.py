@@ -49,9 +49,16 @@ def audit_message(
     adopted: Mapping[str, tuple[str, str]] | None = None,
     conflicts: Mapping[str, str] | None = None,
     trigger: str | None = None,
+    power: Sequence[str] = (),
 ) -> str:
-    """``adopted``: VM -> (old entry, new entry) for placement entries changed without a move."""
+    """``adopted``: VM -> (old entry, new entry) for placement entries changed without a move;
+    ``power``: the power actions of a power step, one line each."""
     done = [r for r in results if r.outcome is MoveOutcome.SUCCEEDED]
+    if trigger == "power":
+        subject = f"Power saving in cluster {cluster}: " + "; ".join(
+            line.split(":", 1)[0] for line in power
+        )
+        return "\n".join([subject, "", *(f"- {line}" for line in power)])
     if trigger == "recovery":
         subject = recovery_subject(cluster, results)
     else:
@@ -102,6 +109,7 @@ def record_batch(
     files: Mapping[str, str] | None = None,
     retry: RetryPolicy | None = None,
     record_id: str | None = None,
+    power: Sequence[str] = (),
 ) -> AuditCommit:
     """Commit and push the record of one acting round on ``branch``.
 
@@ -154,6 +162,7 @@ def record_batch(
                 if vm in write
             },
             conflicts=kept,
+            power=power,
         )
         return Change(written, message, trailers, (write, kept))
 

@@ -57,7 +57,7 @@ def write_in_order(
     (or what it said was written by a queued record). ``write(record, id)`` makes one commit;
     ``on_branch`` says whether a queued record is already on the branch. Without a queue,
     ``record`` alone is written (and an error loses it, as the caller is told)."""
-    owed = bool(record.results or record.placement)
+    owed = bool(record.results or record.placement or record.power)
     if queue is None:
         return write(record, make_id()) if owed else None
     try:

@@ -30,8 +30,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from reconciler.core.power import HostFacts, PowerNext, power_next
-from reconciler.engine.ports import Answers, Clock, Observer, PowerStore, PowerSwitch
+from reconciler.engine.ports import (
+    Answers,
+    Clock,
+    DesiredSource,
+    Observer,
+    PowerStore,
+    PowerSwitch,
+)
 from reconciler.errors import ReconcilerError
+from reconciler.model.acting import Record
 from reconciler.model.cluster import Host
 from reconciler.model.desired import DesiredState
 from reconciler.model.power import PowerAction, PowerBook, PowerIntent, PowerMode, StandbyHost
@@ -51,6 +59,9 @@ class PowerPorts:
     clock: Clock
     observer: Observer
     answers: Answers
+    source: DesiredSource | None = None
+    """Where each power step that switched something leaves its record (an audit commit
+    with ``Reconciler-Trigger: power``, or nothing for a folder)."""
     sleep: object = time.sleep
     """Waits between readings of a BMC (tests pass their own)."""
 
@@ -123,8 +134,35 @@ class PowerSaving:
         for host in decided.power_on:
             book = self._power_on(book, hosts[host], now, report)
         self.ports.store.save(book)
+        self._record(decided, report)
         self.last = report
         return report
+
+    def _record(self, decided: PowerNext, report: PowerReport) -> None:
+        """The audit record of what this step switched: who, why, the demand."""
+        source = self.ports.source
+        lines = [
+            f"{h}: powered off: {decided.why.get(h, '')} (demand {100 * decided.demand:.0f}% "
+            "of the capacity in service)"
+            for h in report.powered_off
+        ]
+        lines += [f"{h}: powered on: {decided.why.get(h, '')}" for h in report.powered_on]
+        lines += [f"{h}: not switched: {why}" for h, why in sorted(report.failed.items())]
+        if source is None or not (report.powered_off or report.powered_on):
+            return
+        record = Record(
+            cluster=self.cluster,
+            plan_id=f"power-{self.ports.clock.now().isoformat(timespec='seconds')}",
+            revision=None,
+            results=[],
+            placement={},
+            trigger="power",
+            power=lines,
+        )
+        try:
+            source.record(record)
+        except ReconcilerError as err:
+            log.error("power: the record of this step could not be written: %s", err)
 
     # -- one host ----------------------------------------------------------------------------
 

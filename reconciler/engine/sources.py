@@ -136,7 +136,7 @@ class RepoSource:
     def record(self, record: Record) -> Recorded:
         from reconciler.engine.audit_queue import write_in_order  # the YAML editor: to record
 
-        if self.queue is None and not record.results and not record.placement:
+        if self.queue is None and not (record.results or record.placement or record.power):
             return Recorded()
         audit = write_in_order(
             record, queue=self.queue, write=self._write, on_branch=self._on_branch
@@ -171,6 +171,7 @@ class RepoSource:
             actor=self.actor,
             files={f"{self.folder}/{path}": text for path, text in record.files.items()},
             record_id=record_id,
+            power=record.power,
         )
 
     def _on_branch(self, queued: QueuedRecord) -> bool:

@@ -47,6 +47,11 @@ class Record(Frozen):
         description="More files for the record, by path in the cluster folder (a recovery: "
         "the definitions it started, secrets removed); a folder source does not write them.",
     )
+    power: list[str] = Field(
+        default_factory=list,
+        description="Power actions the round took, one line each (host, action, why, the "
+        "demand): the record of a power step.",
+    )
 
 
 class Recorded(Frozen):

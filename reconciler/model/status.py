@@ -17,7 +17,7 @@ from pydantic import AwareDatetime, Field
 from reconciler.model.base import ApiVersion, Frozen
 from reconciler.model.history import History
 
-TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual", "recovery")
+TRIGGERS = ("merge", "schedule", "drift", "maintenance", "manual", "recovery", "power")
 """What started a round that acted, as recorded in the Reconciler-Trigger trailer."""
 
 

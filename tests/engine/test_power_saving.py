@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
+
+import pytest
 
 from reconciler.core.next_actions import observed_facts
 from reconciler.engine.power import PowerPorts, PowerSaving
@@ -162,3 +165,29 @@ def test_a_host_that_is_not_empty_at_the_fresh_look_is_not_powered_off() -> None
     rounds(fake, d, saving, 1)
     # whatever was decided, no host with a VM on it was powered off (Bmcs asserts it)
     assert_each_vm_once_and_awake(fake)
+
+
+def test_each_power_step_that_switched_a_host_is_an_audit_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Judged from the bare repository: a commit per step that powered a host off, with the
+    host, why and the demand, trailer Reconciler-Trigger: power."""
+    from tests.engine.test_audit_queue import remote, started
+    from tests.gitrepos import git
+
+    fake, d, bmcs, saving = cluster()
+    url, bare = remote(tmp_path, fake, {"vm0": "h0"}, monkeypatch)
+    source = started(url, tmp_path)
+    source.load()
+    saving.ports.source = source
+    rounds(fake, d, saving, 6)
+    off = [h for action, h in bmcs.calls if action == "off"]
+    assert off
+    log = git(bare, "log", "main", "--format=%s%n%b%n%(trailers:key=Reconciler-Trigger)%n@@@")
+    commits = [c for c in log.split("@@@") if "Power saving in cluster test" in c]
+    assert len(commits) == 1, log  # one step switched hosts off, one record of it
+    body = commits[0]
+    for name in off:
+        assert f"- {name}: powered off: empty" in body
+    assert "demand " in body
+    assert "Reconciler-Trigger: power" in body
