@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.core import convergence
 from reconciler.core.admission import Verdict, admit
-from reconciler.model.cluster import effective_migration_limits
+from reconciler.model.cluster import Host, effective_migration_limits
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
 from reconciler.model.snapshot import MigrationClass, Snapshot
@@ -35,9 +35,16 @@ class Flight:
     why: str = ""
 
 
-def duration(desired: DesiredState, move: Move, dirty: float) -> tuple[float, bool]:
-    """How long ``move`` takes and whether it completes (False: aborted after that long)."""
-    hosts = {h.name: h for h in desired.cluster.spec.hosts}
+def duration(
+    desired: DesiredState,
+    move: Move,
+    dirty: float,
+    hosts: Mapping[str, Host] | None = None,
+) -> tuple[float, bool]:
+    """How long ``move`` takes and whether it completes (False: aborted after that long);
+    ``hosts``: the cluster's hosts by name, when the caller has them."""
+    if hosts is None:
+        hosts = {h.name: h for h in desired.cluster.spec.hosts}
     klass = move.migration_class
     disk = move.disk_bytes if klass is MigrationClass.COPY else 0
     allow = convergence.allowed(desired, hosts.get(move.target), klass, move.memory + disk)
@@ -84,7 +91,7 @@ def flights(
                 outbound.get(m.source, 0) >= out_limit or inbound.get(m.target, 0) >= in_limit
             ):
                 continue
-            seconds, completes = duration(desired, m, dirty.get(m.vm, 0.0))
+            seconds, completes = duration(desired, m, dirty.get(m.vm, 0.0), hosts)
             out.append(Flight(m, now, now + seconds, not completes))
             heapq.heappush(running, (now + seconds, order, m))
             order += 1
