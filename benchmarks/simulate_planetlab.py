@@ -97,6 +97,15 @@ def memory_of(ram_mb: int) -> int:
 
 
 INTERVAL = timedelta(seconds=300)
+POWER_POLICY = {
+    "mode": "apply",
+    "band": {"low": 45, "high": 81},
+    "powerOffAfter": "10m",
+    "powerOnAfter": "5m",
+    "minSpareHosts": 1,
+}
+"""The product's power policy as the benchmark plays it (docs/power.md): DPM's band, a
+host emptied after two rounds of low demand."""
 
 
 def kinds() -> dict[str, HostKind]:
@@ -348,6 +357,9 @@ def run_day(
                 decider = ThrMmt(desired, threshold, first=0.0, lag=0.0)
         elif name == "balance":
             decider = RunDecider(desired, name="balance")
+        elif name == "power":
+            desired = desired_of(host_kinds, {"basis": "used", "power": POWER_POLICY})
+            decider = RunDecider(desired, name="power")
         else:
             raise SystemExit(f"unknown policy {name}")
         world = World(desired, trace, host_kinds, placement)

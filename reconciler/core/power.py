@@ -27,10 +27,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from reconciler.core import planner
 from reconciler.core.load_range import in_range
-from reconciler.core.rollout_vms import stuck_reason
+from reconciler.core.rollout_vms import stuck_reason, with_hosts_out
 from reconciler.core.selectors import matches
 from reconciler.model.desired import DesiredState
+from reconciler.model.history import History
 from reconciler.model.power import PowerBook, PowerMode, PowerSpec, StandbyHost
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
@@ -139,9 +141,19 @@ def power_next(
         standby[h] = StandbyHost(since=now, why=why[h])
         cpu.pop(h, None)  # no longer capacity in service
         mem.pop(h, None)
+    chosen: dict[str, str] = {}
     if low_since is not None and now - low_since >= spec.power_off_after and not power_on:
         chosen = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
                            standby, facts, held)  # fmt: skip
+    if chosen or emptying:
+        # only hosts whose every VM the planner can place elsewhere, with all the others out
+        asleep = set(standby) | set(book.booting)
+        kept = drainable(desired, snapshot, {*emptying, *chosen}, asleep, now)
+        for host in [h for h in emptying if h not in kept]:
+            why[host] = "no longer emptied: the plan cannot place all of its VMs elsewhere"
+            del emptying[host]
+        chosen = {h: r for h, r in chosen.items() if h in kept}
+    if chosen and low_since is not None:
         for host, reason in chosen.items():
             emptying[host] = now
             why[host] = (
@@ -168,6 +180,35 @@ def power_next(
         why=why,
         demand=u,
     )
+
+
+DRAIN_TRIES = 3
+"""Plans tried to find a set of hosts whose VMs all find a place elsewhere."""
+
+
+def drainable(
+    desired: DesiredState,
+    snapshot: Snapshot,
+    hosts: Collection[str],
+    asleep: Collection[str],
+    now: datetime,
+) -> set[str]:
+    """Of ``hosts``, those whose every VM the planner places elsewhere with all of them (and
+    the hosts ``asleep``) held out: a host with a VM that finds no place is dropped, and the
+    rest planned again, at most ``DRAIN_TRIES`` times."""
+    left = set(hosts)
+    on: dict[str, str] = {v.name: v.host for v in snapshot.vms}
+    for _ in range(DRAIN_TRIES):
+        if not left:
+            break
+        trial = planner.plan(
+            with_hosts_out(desired, sorted({*left, *asleep})), snapshot, History(), now=now
+        )
+        stuck = {on[vm] for u in trial.unsatisfiable for vm in u.vms if on.get(vm) in left}
+        if not stuck:
+            return left
+        left -= stuck
+    return set()
 
 
 def _age(delta: timedelta) -> str:
@@ -251,6 +292,7 @@ def _to_empty(
     limit = policy.host_limit / 100
     spares = spec.min_spare_hosts + policy.recovery.reserve_hosts
     room = math.inf if spec.max_standby is None else spec.max_standby - len(standby) - len(emptying)
+    room = min(room, 1 + len(cpu) // 10)  # a tenth of the hosts in service at a time
     out: dict[str, str] = {}
     for _, bytes_, name in candidates:
         if len(out) >= room:
