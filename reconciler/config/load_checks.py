@@ -1,5 +1,6 @@
 """Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets
-(no user info, no query string), a ``prometheus`` section that is not read."""
+(no user info, no query string), a ``prometheus`` section that is not read, a forecast with
+history enough to learn from (and one that is not read)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from urllib.parse import urlsplit
 
 from reconciler.config.findings import Finding, Severity, finding_at
 from reconciler.config.yaml_source import DocPath, Document
-from reconciler.model.load import MAX_SAMPLES, LoadSource
+from reconciler.model.load import MAX_SAMPLES, ForecastModel, LoadSource, LoadSpec, Statistic
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.quantity import format_duration
 
@@ -91,6 +92,65 @@ def load_findings(spec: BalancePolicySpec, policy: Document | None) -> list[Find
                 Severity.WARNING,
                 "prometheus is not read: the load comes from run's own samples (source: samples)",
                 "set source: prometheus to read it, or remove it",
+            )
+        )
+    out.extend(_forecast_findings(load, policy))
+    return out
+
+
+SEASONAL_HISTORY = timedelta(days=2)
+
+
+def _forecast_findings(load: LoadSpec, policy: Document | None) -> list[Finding]:
+    base: DocPath = ("spec", "load", "forecast")
+    spec = load.forecast
+    if load.statistic is not Statistic.FORECAST:
+        if _given(policy, "spec", "load", "forecast"):
+            return [
+                finding_at(
+                    policy,
+                    base,
+                    Severity.WARNING,
+                    f"forecast is not read: the load is the window's {load.statistic.value}",
+                    "set statistic: forecast to read it, or remove it",
+                )
+            ]
+        return []
+    out: list[Finding] = []
+    history = spec.history
+    if spec.model is ForecastModel.SEASONAL and history < SEASONAL_HISTORY:
+        out.append(
+            finding_at(
+                policy,
+                (*base, "history"),
+                Severity.ERROR,
+                f"history {format_duration(history)} is shorter than the two days a seasonal "
+                "forecast needs to see a day's cycle twice: no VM would ever be forecast",
+                "use history: 2d or more (7d by default), or model: trend",
+            )
+        )
+    span = max(load.window, 2 * spec.horizon)
+    if spec.model is ForecastModel.TREND and history < span:
+        out.append(
+            finding_at(
+                policy,
+                (*base, "history"),
+                Severity.ERROR,
+                f"history {format_duration(history)} is shorter than the "
+                f"{format_duration(span)} a trend is drawn through (the window or twice the "
+                "horizon, the longer)",
+                f"use history: {format_duration(span)} or more",
+            )
+        )
+    if load.source is LoadSource.SAMPLES:
+        out.append(
+            finding_at(
+                policy,
+                ("spec", "load", "statistic"),
+                Severity.WARNING,
+                "run's samples keep only the window: no VM has a history to forecast from, "
+                "and the window's mean stands for every VM",
+                "set source: prometheus, which the forecast reads its history from",
             )
         )
     return out

@@ -22,11 +22,20 @@ from datetime import datetime
 
 from reconciler.core import load_range, load_series
 from reconciler.core.capacity import INACTIVE_STATES
+from reconciler.core.forecast import Forecast, blend, forecast
 from reconciler.core.load_series import Series
 from reconciler.core.load_window import Figure, Reading, figure, spans_of_points
 from reconciler.core.load_window import spans_of_readings as _spans_of_readings
 from reconciler.model.base import fields_of
-from reconciler.model.load import LoadBasis, LoadSource, LoadSpec, LoadView, VmLoad
+from reconciler.model.load import (
+    ForecastView,
+    LoadBasis,
+    LoadSource,
+    LoadSpec,
+    LoadView,
+    Statistic,
+    VmLoad,
+)
 from reconciler.model.quantity import format_duration
 from reconciler.model.snapshot import Snapshot, VmState
 
@@ -53,6 +62,7 @@ def windowed(
     problem: str | None = None,
     out_of_range: Mapping[str, str] | None = None,
     duplicates: Mapping[str, str] | None = None,
+    forecasts: Mapping[str, Forecast] | None = None,
 ) -> Snapshot:
     """``snapshot`` with every VM's ``cpu_used`` its load over the window where known.
 
@@ -60,14 +70,22 @@ def windowed(
     its pressure figure as a share of time (only when the policy reads pressure; a host
     without a known one is unknown); ``problem``: why the window could not be read at all;
     ``out_of_range``: what an earlier look said was out of range (kept for the VMs seen);
-    ``duplicates``: VM -> the series it was seen in at once, counted once.
+    ``duplicates``: VM -> the series it was seen in at once, counted once; ``forecasts``
+    (``statistic: forecast``): VM -> its forecast, blended into a known window where usable
+    (a VM without one keeps its window's mean, and an unknown window stays unknown).
     """
     vms: list[VmState] = []
     loads: dict[str, VmLoad] = {}
     named: dict[str, str] = {}
+    ahead = _Ahead(spec) if forecasts is not None else None
     for seen in snapshot.vms:
         f = figures.get(seen.name, Figure(None, 0.0))
         window, now = f.value, seen.cpu_used
+        fc = None
+        if forecasts is not None and ahead is not None:
+            fc = forecasts.get(seen.name)
+            if window is not None and _active(seen):
+                window = ahead.figure(seen.name, window, fc)
         bad: list[str] = []
         if window is not None and not load_range.in_range(window, seen.vcpus):
             bad.append(load_range.why(window, seen.vcpus, "over the window"))
@@ -80,7 +98,13 @@ def windowed(
             named[seen.name] = "; ".join(bad)
         elif out_of_range and seen.name in out_of_range:
             named[seen.name] = out_of_range[seen.name]
-        loads[seen.name] = VmLoad(now=now, window=window, covered=round(f.covered, 4))
+        loads[seen.name] = VmLoad(
+            now=now,
+            window=window,
+            covered=round(f.covered, 4),
+            forecast=None if fc is None else fc.value,
+            forecast_error=None if fc is None else fc.error,
+        )
         if window is not None and _active(seen):
             seen = seen.model_copy(update={"cpu_used": round(window, 4)})  # noqa: PLW2901
         vms.append(seen)
@@ -112,8 +136,62 @@ def windowed(
         problem=problem,
         out_of_range=named,
         duplicates={n: duplicates[n] for n in loads if n in duplicates} if duplicates else {},
+        forecast=None if ahead is None else ahead.view(),
     )
     return snapshot.model_copy(update={"vms": vms, "load": view})
+
+
+class _Ahead:
+    """Which VMs a forecast was blended into, and why not into the others."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec.forecast
+        self.used: list[str] = []
+        self.no_history: list[str] = []
+        self.ignored: dict[str, str] = {}
+
+    def figure(self, name: str, window: float, fc: Forecast | None) -> float:
+        """The VM's figure: its window's mean, blended with its forecast where usable."""
+        if fc is None or fc.value is None:
+            self.no_history.append(name)
+            return window
+        if not fc.usable:
+            self.ignored[name] = (
+                f"its forecast erred by {fc.error or 0.0:.3g} cores on average over the last "
+                f"day, the window's mean by {fc.window_error or 0.0:.3g}"
+            )
+            return window
+        self.used.append(name)
+        return blend(fc.value, window, self.spec.weight)
+
+    def view(self) -> ForecastView:
+        return ForecastView(
+            horizon=self.spec.horizon,
+            weight=self.spec.weight,
+            model=self.spec.model,
+            used=sorted(self.used),
+            no_history=sorted(self.no_history),
+            ignored=dict(sorted(self.ignored.items())),
+        )
+
+
+def forecasts(
+    snapshot: Snapshot,
+    spec: LoadSpec,
+    history: Mapping[str, Sequence[tuple[float, float]]],
+    now: datetime,
+    step: float,
+) -> dict[str, Forecast]:
+    """Each running VM's forecast (``statistic: forecast``) from ``history``: VM name -> its
+    rate points ``(time, cores)`` over ``forecast.history`` before ``now``, every ``step``
+    seconds (a VM without points has none)."""
+    end = now.timestamp()
+    window = spec.window.total_seconds()
+    return {
+        vm.name: forecast(history.get(vm.name, ()), end, spec.forecast, window=window, step=step)
+        for vm in snapshot.vms
+        if _active(vm)
+    }
 
 
 def short_sample(
@@ -268,7 +346,9 @@ def from_readings(
         readings = series.get(vm.name)
         if readings:
             figures[vm.name] = figure(_spans_of_readings(readings, gap), start, end, spec.statistic)
-    return windowed(snapshot, spec, figures, now)
+    # run's samples keep the window only: no VM has a history to forecast from
+    none: dict[str, Forecast] | None = {} if spec.statistic is Statistic.FORECAST else None
+    return windowed(snapshot, spec, figures, now, forecasts=none)
 
 
 def from_points(
@@ -279,11 +359,14 @@ def from_points(
     *,
     host_points: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     duplicates: Mapping[str, str] | None = None,
+    history: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    history_step: float = 0.0,
 ) -> Snapshot:
     """``snapshot`` with each VM's load over the window ending ``now`` from rate points
     (Prometheus: name -> ``(time, cores)`` every ``sampleEvery``); ``host_points``: host ->
     ``(time, share of time under pressure)``, when the policy reads pressure; ``duplicates``:
-    VM -> the series it was seen in at once."""
+    VM -> the series it was seen in at once; ``history`` (``statistic: forecast``): VM name ->
+    its points over ``forecast.history``, every ``history_step`` seconds."""
     end = now.timestamp()
     start = end - spec.window.total_seconds()
     step = spec.sample_every.total_seconds()
@@ -297,7 +380,13 @@ def from_points(
             host: figure(spans_of_points(points, step), start, end, spec.statistic)
             for host, points in host_points.items()
         }
-    return windowed(snapshot, spec, figures, now, pressure=pressure, duplicates=duplicates)
+    ahead = None
+    if spec.statistic is Statistic.FORECAST:
+        every = history_step if history_step > 0 else step
+        ahead = forecasts(snapshot, spec, history or {}, now, every)
+    return windowed(
+        snapshot, spec, figures, now, pressure=pressure, duplicates=duplicates, forecasts=ahead
+    )
 
 
 def from_series(
@@ -307,14 +396,28 @@ def from_series(
     now: datetime,
     *,
     host_series: Iterable[Series] | None = None,
+    history_series: Iterable[Series] | None = None,
+    history_step: float = 0.0,
 ) -> Snapshot:
     """``snapshot`` with each VM's load over the window ending ``now`` from the series of a
     range query (Prometheus), each VM's joined by its name and UUID
-    (:mod:`reconciler.core.load_series`); ``host_series``: the hosts' pressure, when read."""
+    (:mod:`reconciler.core.load_series`); ``host_series``: the hosts' pressure, when read;
+    ``history_series`` (``statistic: forecast``): the VMs over ``forecast.history``, every
+    ``history_step`` seconds."""
     joined = load_series.by_vm(vm_series, snapshot.vms)
     hosts = load_series.by_host(host_series) if host_series is not None else None
+    history = None
+    if history_series is not None:
+        history = load_series.by_vm(history_series, snapshot.vms).points
     return from_points(
-        snapshot, spec, joined.points, now, host_points=hosts, duplicates=joined.duplicates
+        snapshot,
+        spec,
+        joined.points,
+        now,
+        host_points=hosts,
+        duplicates=joined.duplicates,
+        history=history,
+        history_step=history_step,
     )
 
 
@@ -342,7 +445,7 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
     if view.pressure or view.unknown_hosts:
         pressure = {h: Figure(p / 100.0, 1.0) for h, p in view.pressure.items()}
     spec = LoadSpec(source=view.source, window=view.window, statistic=view.statistic)
-    return windowed(
+    again = windowed(
         snapshot,
         spec,
         figures,
@@ -351,4 +454,18 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
         problem=view.problem,
         out_of_range=view.out_of_range,
         duplicates=view.duplicates,
+    )
+    if view.forecast is None or again.load is None:
+        return again
+    # the figures are already blended: keep what the forecast made of them
+    loads = {
+        name: load.model_copy(
+            update={"forecast": old.forecast, "forecast_error": old.forecast_error}
+        )
+        if (old := view.vms.get(name)) is not None
+        else load
+        for name, load in again.load.vms.items()
+    }
+    return again.model_copy(
+        update={"load": again.load.model_copy(update={"forecast": view.forecast, "vms": loads})}
     )

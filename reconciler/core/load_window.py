@@ -90,7 +90,8 @@ def spans_of_points(points: Iterable[tuple[float, float]], step: float) -> list[
 
 def figure(spans: Iterable[Span], start: float, end: float, statistic: Statistic) -> Figure:
     """The ``statistic`` of the rates over ``[start, end]``, each weighted by how long it held
-    inside it; None when the spans cover less than ``MIN_COVERED`` of the window."""
+    inside it (their mean with ``forecast``: the forecast is blended in later); None when the
+    spans cover less than ``MIN_COVERED`` of the window."""
     length = end - start
     if length <= 0:
         return Figure(None, 0.0)
@@ -103,7 +104,7 @@ def figure(spans: Iterable[Span], start: float, end: float, statistic: Statistic
     share = min(1.0, covered / length)
     if share < MIN_COVERED or not clipped:
         return Figure(None, share)
-    if statistic is Statistic.MEAN:
+    if statistic is Statistic.MEAN or statistic is Statistic.FORECAST:
         value = sum(r * d for r, d in clipped) / covered
     elif statistic is Statistic.MAX:
         value = max(r for r, _ in clipped)

@@ -93,6 +93,65 @@ class Statistic(StrEnum):
     MEAN = "mean"
     P95 = "p95"
     MAX = "max"
+    FORECAST = "forecast"
+    """The window's mean blended with each VM's forecast over the next ``forecast.horizon``
+    (``reconciler.core.forecast``)."""
+
+
+class ForecastModel(StrEnum):
+    SEASONAL = "seasonal"
+    """The mean of the same time of day (of the week, with two weeks of history) over the
+    past, moved to the level of the last hour."""
+    TREND = "trend"
+    """A straight line through the last ``max(window, 2 x horizon)``."""
+
+
+Horizon = Annotated[
+    Duration,
+    duration_within(
+        timedelta(minutes=1),
+        timedelta(days=1),
+        too_short="horizon {value} is shorter than the history's 5m step; use at least 1m, "
+        "e.g. 30m",
+    ),
+]
+"""How far ahead a forecast looks: 1m to 1d."""
+HistorySpan = Annotated[
+    Duration,
+    duration_within(
+        timedelta(hours=1),
+        timedelta(days=28),
+        too_short="history {value} is too short to learn from; use at least 1h (2d for "
+        "model: seasonal), e.g. 7d",
+        too_long="history {value} is longer than a Prometheus range query answers at a 5m "
+        "step (11,000 points per series); use at most 28d",
+    ),
+]
+"""What a forecast learns from: 1h to 28d."""
+
+
+class ForecastSpec(Frozen):
+    """With ``statistic: forecast``: what each VM's demand is expected to be next."""
+
+    horizon: Horizon = Field(
+        default=timedelta(minutes=30),
+        description="The demand expected over this span ahead; 1m to 1d.",
+    )
+    history: HistorySpan = Field(
+        default=timedelta(days=7),
+        description="What the model learns from, read from Prometheus at a 5m step; 1h to "
+        "28d, at least 2d for seasonal.",
+    )
+    weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="The forecast's share of each VM's figure, 0-1; the window's mean has the "
+        "rest.",
+    )
+    model: ForecastModel = Field(
+        default=ForecastModel.SEASONAL, description="seasonal (daily and weekly) | trend."
+    )
 
 
 class PrometheusSpec(Frozen):
@@ -144,7 +203,9 @@ class LoadSpec(Frozen):
         description="Every balance decision uses the load over this span; 10s to 7d.",
     )
     statistic: Statistic = Field(
-        default=Statistic.MEAN, description="mean | p95 | max of the load over the window."
+        default=Statistic.MEAN,
+        description="mean | p95 | max of the load over the window, or forecast: the window's "
+        "mean blended with a forecast of the next horizon.",
     )
     sample_every: SampleEvery = Field(
         default=timedelta(seconds=30),
@@ -154,6 +215,10 @@ class LoadSpec(Frozen):
     )
     prometheus: PrometheusSpec = Field(
         default_factory=PrometheusSpec, description="With source: prometheus: where and what."
+    )
+    forecast: ForecastSpec = Field(
+        default_factory=ForecastSpec,
+        description="With statistic: forecast: how far ahead, " "learning from what.",
     )
 
 
@@ -177,6 +242,37 @@ class VmLoad(Frozen):
     )
     covered: float = Field(
         default=0.0, ge=0, le=1, description="Share of the window samples cover."
+    )
+    forecast: float | None = Field(
+        default=None,
+        ge=0,
+        description="With statistic: forecast, the model's figure for the next horizon (None: "
+        "too little history); ``window`` is then the blend that was used.",
+    )
+    forecast_error: float | None = Field(
+        default=None,
+        ge=0,
+        description="The forecast's mean absolute error over the last day, cores.",
+    )
+
+
+class ForecastView(Frozen):
+    """What a forecast made of one observation's load (``statistic: forecast``)."""
+
+    horizon: Duration
+    weight: float
+    model: ForecastModel
+    used: list[str] = Field(
+        default_factory=list, description="VMs whose figure blends their forecast in."
+    )
+    no_history: list[str] = Field(
+        default_factory=list,
+        description="VMs with too little history for a forecast: the window's mean stands.",
+    )
+    ignored: dict[str, str] = Field(
+        default_factory=dict,
+        description="VM -> why its forecast was not used (its error over the last day was "
+        "larger than the window's): the window's mean stands.",
     )
 
 
@@ -220,6 +316,9 @@ class LoadView(Frozen):
     )
     hold: str | None = Field(
         default=None, description="Why no balance move is made on this load (none when empty)."
+    )
+    forecast: ForecastView | None = Field(
+        default=None, description="With statistic: forecast: which VMs were forecast."
     )
 
 

@@ -72,6 +72,12 @@ def test_settings_that_are_not_read_are_warned_about(tmp_path: Path) -> None:
         ("load: {prometheus: {timeout: 0s}}", "timeout 0s would give up"),
         ("load: {prometheus: {vmCpu: ''}}", "spec.load.prometheus.vmCpu"),
         ("load: {source: graphite}", "spec.load.source"),
+        ("load: {forecast: {horizon: 2d}}", "2d is too long (use at most 1d)"),
+        ("load: {forecast: {horizon: 10s}}", "horizon 10s is shorter than the history's"),
+        ("load: {forecast: {history: 60d}}", "history 60d is longer than a Prometheus"),
+        ("load: {forecast: {history: 10m}}", "history 10m is too short to learn from"),
+        ("load: {forecast: {weight: 1.5}}", "spec.load.forecast.weight"),
+        ("load: {forecast: {model: arima}}", "spec.load.forecast.model"),
     ],
 )
 def test_bad_values(tmp_path: Path, line: str, message: str) -> None:
@@ -79,3 +85,57 @@ def test_bad_values(tmp_path: Path, line: str, message: str) -> None:
     assert len(found) == 1, found
     assert ": error: " in found[0]
     assert message in found[0]
+
+
+def test_a_forecast_from_prometheus_is_valid(tmp_path: Path) -> None:
+    assert policy(tmp_path, "load: {source: prometheus, statistic: forecast}") == []
+    assert (
+        policy(
+            tmp_path,
+            "load:",
+            "  source: prometheus",
+            "  statistic: forecast",
+            "  forecast: {horizon: 15m, history: 14d, weight: 0.3, model: seasonal}",
+        )
+        == []
+    )
+
+
+def test_a_seasonal_forecast_needs_two_days_of_history(tmp_path: Path) -> None:
+    found = policy(
+        tmp_path,
+        "load:",
+        "  source: prometheus",
+        "  statistic: forecast",
+        "  forecast: {history: 36h}",
+    )
+    assert found == [
+        "lab/policy.yaml:8:25: error: spec.load.forecast.history: history 1d12h is shorter than "
+        "the two days a seasonal forecast needs to see a day's cycle twice: no VM would ever be "
+        "forecast (use history: 2d or more (7d by default), or model: trend)"
+    ]
+    trend = "  forecast: {history: 36h, model: trend}"
+    assert policy(tmp_path, "load:", "  source: prometheus", "  statistic: forecast", trend) == []
+
+
+def test_a_trend_needs_history_over_its_span(tmp_path: Path) -> None:
+    found = policy(
+        tmp_path,
+        "load:",
+        "  source: prometheus",
+        "  statistic: forecast",
+        "  forecast: {history: 1h, horizon: 1h, model: trend}",
+    )
+    assert len(found) == 1, found
+    assert "history 1h is shorter than the 2h a trend is drawn through" in found[0]
+    assert "use history: 2h or more" in found[0]
+
+
+def test_forecast_settings_that_are_not_read_are_warned_about(tmp_path: Path) -> None:
+    assert policy(tmp_path, "load: {forecast: {horizon: 1h}}") == [
+        "lab/policy.yaml:5:20: warning: spec.load.forecast: forecast is not read: the load is "
+        "the window's mean (set statistic: forecast to read it, or remove it)"
+    ]
+    found = policy(tmp_path, "load: {statistic: forecast}")
+    assert len(found) == 1, found
+    assert "warning: spec.load.statistic: run's samples keep only the window" in found[0]

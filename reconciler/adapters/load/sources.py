@@ -14,12 +14,16 @@ from datetime import datetime
 from reconciler.adapters.files.load_samples import FileLoadSamples
 from reconciler.adapters.prometheus.client import PrometheusClient
 from reconciler.core import load_samples, load_view
+from reconciler.core.load_series import Series
 from reconciler.errors import ReconcilerError
-from reconciler.model.load import LoadSpec
+from reconciler.model.load import LoadSpec, Statistic
 from reconciler.model.quantity import format_duration
 from reconciler.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+
+HISTORY_STEP = 300.0
+"""The step of the history query of ``statistic: forecast``: 5m, 2,016 points per VM a week."""
 
 HOLD = (
     "no balance move on a short sample: keep `reconciler run` sampling for a window, or give "
@@ -67,7 +71,9 @@ class SamplesLoad:
 class PrometheusLoad:
     """The window from Prometheus: one range query for every VM (and one for the hosts'
     pressure, when the policy reads it) each time; each VM's series joined by its name and
-    UUID, counted once where several series give it at once."""
+    UUID, counted once where several series give it at once. With ``statistic: forecast``,
+    one more over ``forecast.history`` at a step of 5m (or ``sampleEvery`` if longer), which
+    the forecast learns from."""
 
     def __init__(self, client: Callable[[LoadSpec], PrometheusClient] | None = None) -> None:
         self._client = client or (lambda spec: PrometheusClient(spec.prometheus))
@@ -84,9 +90,40 @@ class PrometheusLoad:
                 hosts = client.range_query(
                     spec.prometheus.host_pressure, start=start, end=end, step=step
                 )
+            every = max(HISTORY_STEP, step)
+            history = self._history(client, spec, end, every)
         except ReconcilerError as err:
             log.warning("load over the window unknown: %s", err)
             return load_view.failed(snapshot, spec, err.message, now)
         finally:
             client.close()
-        return load_view.from_series(snapshot, spec, vms, now, host_series=hosts)
+        return load_view.from_series(
+            snapshot,
+            spec,
+            vms,
+            now,
+            host_series=hosts,
+            history_series=history,
+            history_step=every,
+        )
+
+    @staticmethod
+    def _history(
+        client: PrometheusClient, spec: LoadSpec, end: float, every: float
+    ) -> list[Series] | None:
+        """The VMs over ``forecast.history`` (``statistic: forecast``), on the step's grid so
+        that the same history gives the same forecast; a query that fails leaves every VM
+        without a forecast (the window's mean stands), not its load unknown."""
+        if spec.statistic is not Statistic.FORECAST:
+            return None
+        last = end // every * every
+        try:
+            return client.range_query(
+                spec.prometheus.vm_cpu,
+                start=last - spec.forecast.history.total_seconds() + every,
+                end=last,
+                step=every,
+            )
+        except ReconcilerError as err:
+            log.warning("no forecast, the history was not read: %s", err)
+            return []

@@ -4,7 +4,9 @@ records it carries, and the snapshot a round observes of it.
 A round observes what ``run`` would: every host answering, each VM's CPU in cores of the host
 it runs on, and (with ``basis: used``) its load over the policy's window as a load source
 gives it (``core.load_view.from_points``: the trace's figures are the rate points, one per
-trace step, so a window shorter than two steps reads one figure). The records on the VMs
+trace step, so a window shorter than two steps reads one figure; with ``statistic: forecast``
+the trace's figures before now, up to ``forecast.history``, are the history the forecast
+learns from). The records on the VMs
 (last move, backoff, failures, first sighting) are written as the engine writes them.
 """
 
@@ -17,6 +19,7 @@ from reconciler.core import load_view
 from reconciler.core.simulation.trace import Trace
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
+from reconciler.model.load import Statistic
 from reconciler.model.policy import Basis
 from reconciler.model.simulation import HostKind
 from reconciler.model.snapshot import HostState, ReconcilerState, Snapshot, VmRunState, VmState
@@ -104,13 +107,24 @@ class World:
         )
         if self.desired.policy.spec.basis is not Basis.USED:
             return snap
-        return load_view.from_points(snap, self._spec, self._points(seconds), now)
-
-    def _points(self, seconds: float) -> dict[str, Sequence[tuple[float, float]]]:
-        """Each VM's rate points over the window ending ``seconds`` into the trace: one per
-        trace step already past, at the step's end, in cores of the host it runs on now."""
-        step = self.trace.step
         window = self._spec.window.total_seconds()
+        history = None
+        if self._spec.statistic is Statistic.FORECAST:
+            history = self._points(seconds, self._spec.forecast.history.total_seconds())
+        return load_view.from_points(
+            snap,
+            self._spec,
+            self._points(seconds, window),
+            now,
+            history=history,
+            history_step=self.trace.step,
+        )
+
+    def _points(self, seconds: float, window: float) -> dict[str, Sequence[tuple[float, float]]]:
+        """Each VM's rate points over the ``window`` seconds ending ``seconds`` into the
+        trace: one per trace step already past, at the step's end, in cores of the host it
+        runs on now."""
+        step = self.trace.step
         last = int(seconds // step)  # steps 0 .. last-1 are over
         first = max(0, last - int(-(-window // step)))
         start = self.trace.start.timestamp()
