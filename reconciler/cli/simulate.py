@@ -88,7 +88,8 @@ def register(sub: Subparsers) -> None:
         type=duration,
         default=None,
         metavar="DURATION",
-        help="with --prometheus: one figure per VM this often (default 5m)",
+        help="one figure per VM this often: --prometheus and --recorded read at it (default "
+        "5m, and spec.record.every), a --trace is averaged or repeated to it",
     )
     p.add_argument(
         "--policy",

@@ -142,6 +142,13 @@ def simulate(
         )
     elif request.trace is not None:
         trace = _trace(request.trace, snapshot)
+        if request.step is not None:
+            from reconciler.core.simulation.trace import resampled
+
+            try:
+                trace = resampled(trace, request.step.total_seconds())
+            except ValueError as err:
+                raise ConfigError(f"--step: {err}", hint="e.g. --step 10m for 5m figures") from None
     else:
         if snapshot is None:
             raise ConfigError(

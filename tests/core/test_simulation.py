@@ -177,3 +177,20 @@ def test_moves_take_the_time_their_memory_takes_over_the_bandwidth() -> None:
     assert not converges  # writes faster than the link carries: aborted
     assert busy > seconds
     assert timedelta(seconds=busy) < timedelta(hours=1)
+
+
+@given(st.lists(st.floats(0, 4), min_size=12, max_size=12), st.sampled_from([2, 3, 4, 6]))
+def test_a_trace_at_a_coarser_step_keeps_its_mean_and_a_finer_one_its_figures(
+    row: list[float], k: int
+) -> None:
+    from reconciler.core.simulation.trace import resampled
+
+    t = trace([row])
+    coarse = resampled(t, 300.0 * k)
+    assert coarse.steps == 12 // k
+    assert abs(sum(coarse.demand[0]) * k - sum(row)) < 1e-6
+    fine = resampled(t, 300.0 / k)
+    assert fine.steps == 12 * k
+    assert all(fine.at(0, s * 300.0) == row[s] for s in range(12))
+    with pytest.raises(ValueError, match="whole number"):
+        resampled(t, 450.0)

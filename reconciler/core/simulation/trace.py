@@ -100,3 +100,31 @@ def trace_of_snapshots(
         vms=tuple(names[n] for n in order),
         demand=tuple(demand),
     )
+
+
+def resampled(trace: Trace, step: float) -> Trace:
+    """``trace`` at one figure every ``step`` seconds: coarser, each the mean of the figures
+    it spans; finer, each figure repeated. ValueError unless one step is a whole number of
+    the other."""
+    if step == trace.step:
+        return trace
+    if step > trace.step:
+        k = step / trace.step
+        if abs(k - round(k)) > 1e-9:
+            raise ValueError(
+                f"a step of {step:g}s is not a whole number of the trace's {trace.step:g}s"
+            )
+        n = round(k)
+        demand = tuple(
+            tuple(sum(row[i : i + n]) / len(row[i : i + n]) for i in range(0, len(row), n))
+            for row in trace.demand
+        )
+    else:
+        k = trace.step / step
+        if abs(k - round(k)) > 1e-9:
+            raise ValueError(
+                f"the trace's {trace.step:g}s is not a whole number of steps of {step:g}s"
+            )
+        n = round(k)
+        demand = tuple(tuple(v for v in row for _ in range(n)) for row in trace.demand)
+    return Trace(trace.source, trace.start, step, trace.vms, demand)
