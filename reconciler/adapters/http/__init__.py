@@ -1,1 +1,2 @@
-"""The HTTP endpoints reconciler run serves: /metrics, /healthz, /webhook."""
+"""HTTP: the endpoints reconciler run serves (/metrics, /healthz, /webhook), and the deadline
+of one call to a server (``deadline``)."""

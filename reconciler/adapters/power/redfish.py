@@ -36,8 +36,8 @@ from typing import Any, Final
 
 import httpx
 
+from reconciler.adapters.http.deadline import Deadline
 from reconciler.adapters.power.credentials import Login, login
-from reconciler.adapters.power.deadline import Deadline
 from reconciler.errors import ConfigError, ReconcilerError, TerminalError, TransientError
 from reconciler.model.power import HostPower
 from reconciler.model.quantity import format_size

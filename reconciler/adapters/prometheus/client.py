@@ -2,7 +2,7 @@
 
 One GET per query, on a connection of its own, within the policy's ``timeout`` as a whole:
 connecting, sending, Prometheus's evaluation (its own ``timeout`` parameter) and reading the
-answer, however slowly a server sends it (:class:`_Deadline` shuts the connection when the
+answer, however slowly a server sends it (:class:`Deadline` shuts the connection when the
 time is up). The answer is streamed and read no further than ``maxAnswer`` bytes
 (decompressed). A bearer token, when Prometheus sits behind authentication, comes from
 ``RECONCILER_PROMETHEUS_TOKEN`` and is only ever sent in the ``Authorization`` header.
@@ -16,18 +16,16 @@ is left out: a bad series never fails the round.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import socket
-import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from reconciler.adapters.http.deadline import Deadline
 from reconciler.core.load_series import Series
 from reconciler.errors import MetricsError, MetricsUnavailable
 from reconciler.model.load import PrometheusSpec
@@ -35,55 +33,6 @@ from reconciler.model.quantity import format_size
 from reconciler.redact import scrub
 
 TOKEN_ENV = "RECONCILER_PROMETHEUS_TOKEN"
-
-
-class _Deadline:
-    """The end of one query: at ``seconds`` after :meth:`start`, the connections the query
-    opened (seen through httpcore's ``trace`` extension) are shut down, which ends any read
-    or write on them at once. Each holds a duplicate of its socket until :meth:`stop`, so a
-    shutdown never reaches a descriptor the system gave to something else meanwhile."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.passed = False
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._cut)
-        self._timer.daemon = True
-
-    def start(self) -> None:
-        self._timer.start()
-
-    def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        if event != "connection.connect_tcp.complete":
-            return
-        stream = info.get("return_value")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if not isinstance(sock, socket.socket):
-            return
-        with self._lock:
-            held = sock.dup()
-            self._sockets.append(held)
-            if self.passed:
-                _shut(held)
-
-    def _cut(self) -> None:
-        with self._lock:
-            self.passed = True
-            for held in self._sockets:
-                _shut(held)
-
-    def stop(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for held in self._sockets:
-                held.close()
-            self._sockets.clear()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed by the other end
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _TooLarge(Exception):
@@ -147,7 +96,7 @@ class PrometheusClient:
             "step": f"{step:g}",
             "timeout": f"{self.timeout:g}s",
         }
-        deadline = _Deadline(self.timeout)
+        deadline = Deadline(self.timeout)
         deadline.start()
         try:
             status, body = self._get(f"{self.url}/api/v1/query_range", params, deadline)
@@ -186,7 +135,7 @@ class PrometheusClient:
         return _series(body, where)
 
     def _get(
-        self, url: str, params: Mapping[str, str], deadline: _Deadline
+        self, url: str, params: Mapping[str, str], deadline: Deadline
     ) -> tuple[int, dict[str, Any]]:
         """The status and the JSON object of the answer (empty when it is not one), read as
         it comes and no further than ``max_answer`` bytes."""

@@ -1,4 +1,4 @@
-"""The end of one call to a BMC over HTTP, whatever the server does.
+"""The end of one HTTP call (a BMC's, a Prometheus query), whatever the server does.
 
 httpx's timeouts bound each connect, write and read, not a call: a server that sends a byte
 every few seconds keeps a request alive for ever. ``Deadline`` sees every connection a call
@@ -27,8 +27,12 @@ class Deadline:
         self._timer = threading.Timer(seconds, self._cut)
         self._timer.daemon = True
 
-    def __enter__(self) -> Deadline:
+    def start(self) -> None:
+        """Start counting: at ``seconds`` from now the call's connections are shut."""
         self._timer.start()
+
+    def __enter__(self) -> Deadline:
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
