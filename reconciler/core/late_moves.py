@@ -18,7 +18,7 @@ from datetime import datetime
 
 from reconciler.core.intents import Resolution
 from reconciler.model.desired import DesiredState
-from reconciler.model.snapshot import Snapshot, VmRunState
+from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 from reconciler.model.status import MoveOutcome, MoveResult
 
 
@@ -49,20 +49,26 @@ def unrecorded_moves(
             continue
         if placement.get(vm.name) != r.last_moved_from:
             continue
-        out.append(
-            MoveResult(
-                vm=vm.name,
-                source=r.last_moved_from,
-                target=vm.host,
-                outcome=MoveOutcome.SUCCEEDED,
-                reason="RecordedLate",
-                detail=(f"moved by {r.last_moved_by} " if r.last_moved_by else "moved ")
-                + f"at {r.last_moved_at.isoformat(timespec='seconds')}; "
-                "its record was not written then",
-                started_at=r.last_moved_at,
-            )
-        )
+        out.append(_late(vm, "its record was not written then"))
     return sorted(out, key=lambda m: m.vm)
+
+
+def _late(vm: VmState, why: str, *, with_reason: bool = False) -> MoveResult:
+    """The late record of ``vm``'s last move, as its domain's record says it."""
+    r = vm.reconciler
+    assert r.last_moved_at is not None
+    assert r.last_moved_from is not None
+    reason = f" ({r.last_reason})" if with_reason and r.last_reason else ""
+    return MoveResult(
+        vm=vm.name,
+        source=r.last_moved_from,
+        target=vm.host,
+        outcome=MoveOutcome.SUCCEEDED,
+        reason="RecordedLate",
+        detail=(f"moved by {r.last_moved_by} " if r.last_moved_by else "moved ")
+        + f"at {r.last_moved_at.isoformat(timespec='seconds')}{reason}; {why}",
+        started_at=r.last_moved_at,
+    )
 
 
 def resolved_moves(
@@ -109,18 +115,7 @@ def owed_moves(
         if placement.get(vm.name, vm.host) != vm.host:
             continue
         more.append(
-            MoveResult(
-                vm=vm.name,
-                source=r.last_moved_from,
-                target=vm.host,
-                outcome=MoveOutcome.SUCCEEDED,
-                reason="RecordedLate",
-                detail=(f"moved by {r.last_moved_by} " if r.last_moved_by else "moved ")
-                + f"at {r.last_moved_at.isoformat(timespec='seconds')}"
-                + (f" ({r.last_reason})" if r.last_reason else "")
-                + "; the reconciler stopped before its record was written",
-                started_at=r.last_moved_at,
-            )
+            _late(vm, "the reconciler stopped before its record was written", with_reason=True)
         )
     return sorted([*late, *more], key=lambda m: m.vm)
 
