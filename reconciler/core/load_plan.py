@@ -115,4 +115,5 @@ def plan_load(snapshot: Snapshot, unknown: Unknown, spec: LoadSpec) -> PlanLoad 
         unknown_hosts=sorted(unknown.hosts),
         out_of_range=dict(sorted(unknown.out_of_range.items())),
         duplicates=dict(sorted(view.duplicates.items())),
+        forecast=view.forecast,
     )

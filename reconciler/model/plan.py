@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from reconciler.model.base import ApiVersion, Frozen, HostName, VmName
+from reconciler.model.load import ForecastView
 from reconciler.model.snapshot import MigrationClass
 
 
@@ -163,7 +164,7 @@ class PlanLoad(Frozen):
     source: str = Field(description="samples | prometheus.")
     basis: str = Field(description="window | sample (the observation's own short sample).")
     window: float = Field(ge=0, description="Seconds.")
-    statistic: str = Field(description="mean | p95 | max.")
+    statistic: str = Field(description="mean | p95 | max | forecast.")
     note: str | None = Field(default=None, description="Said plainly, e.g. a short sample.")
     hold: str | None = Field(default=None, description="Why no balance move was made on it.")
     problem: str | None = Field(default=None, description="Why the window was not read.")
@@ -183,6 +184,11 @@ class PlanLoad(Frozen):
         default_factory=dict,
         description="VM -> the series it was seen in at once (the same exporter scraped by "
         "several jobs): counted once, not summed.",
+    )
+    forecast: ForecastView | None = Field(
+        default=None,
+        description="With statistic: forecast: the VMs forecast, those with too little "
+        "history and those whose forecast erred too much (their window's mean stands).",
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from itertools import groupby
 
+from reconciler.model.load import ForecastView
 from reconciler.model.plan import (
     Assist,
     Backoff,
@@ -200,7 +201,26 @@ def load_texts(load: PlanLoad | None) -> tuple[str, list[str]] | None:
         seen = [f"{vm}: {which}" for vm, which in list(load.duplicates.items())[:20]]
         more = "; ..." if len(load.duplicates) > 20 else ""
         texts.append(f"seen in several series at once, counted once: {'; '.join(seen)}{more}")
+    if load.forecast is not None:
+        texts.extend(_forecast_texts(load.forecast))
     return title, texts
+
+
+def _forecast_texts(f: ForecastView) -> list[str]:
+    """What the forecast made of the figures: how many VMs, and which kept their window."""
+    ahead = format_duration(f.horizon)
+    out = [
+        f"forecast {ahead} ahead ({f.model.value}, weight {f.weight:g}) blended into "
+        f"{len(f.used)} VM(s)"
+    ]
+    if f.no_history:
+        shown = ", ".join(f.no_history[:20]) + (", ..." if len(f.no_history) > 20 else "")
+        out.append(f"too little history to forecast, the window's mean stands: {shown}")
+    if f.ignored:
+        named = [f"{vm}: {why}" for vm, why in list(f.ignored.items())[:20]]
+        more = "; ..." if len(f.ignored) > 20 else ""
+        out.append(f"forecast not used, the window's mean stands: {'; '.join(named)}{more}")
+    return out
 
 
 def _when(at: datetime) -> str:

@@ -12,8 +12,11 @@ from datetime import timedelta
 from reconciler.core import load_view
 from reconciler.core.forecast import DAY
 from reconciler.core.load_window import Reading
+from reconciler.core.planner import plan
+from reconciler.model.history import History
 from reconciler.model.load import LoadSource, LoadSpec, Statistic
-from tests.core.builders import NOW, host_state, snapshot, vm
+from reconciler.report.plan_table import load_texts
+from tests.core.builders import NOW, desired, host, host_state, snapshot, vm
 
 STEP = 300.0
 END = NOW.timestamp()
@@ -125,3 +128,26 @@ def test_other_statistics_make_no_forecast() -> None:
     assert got.load.forecast is None
     assert got.load.vms["a"].forecast is None
     assert got.vms[0].cpu_used == 1.5
+
+
+def test_the_plan_says_which_vms_were_forecast_and_which_kept_their_window() -> None:
+    snap = snapshot(
+        [host_state("h1"), host_state("h2")],
+        [vm("cyclic", "h1", vcpus=4), vm("new", "h1", vcpus=4), vm("noisy", "h2", vcpus=4)],
+    )
+    points = {name: window(1.0) for name in ("cyclic", "new", "noisy")}
+    past = {"cyclic": history(3), "new": history(1), "noisy": history(3, wander)}
+    got = load_view.from_points(snap, SPEC, points, NOW, history=past, history_step=STEP)
+    d = desired([host("h1"), host("h2")], basis="used", load={"statistic": "forecast"})
+    p = plan(d, got, History(), now=NOW)
+    assert p.load is not None
+    assert p.load.statistic == "forecast"
+    assert got.load is not None
+    assert p.load.forecast == got.load.forecast
+    texts = load_texts(p.load)
+    assert texts is not None
+    title, said = texts
+    assert title == "Load: forecast over 10m, from prometheus"
+    assert said[0] == "forecast 30m ahead (seasonal, weight 0.5) blended into 1 VM(s)"
+    assert said[1] == "too little history to forecast, the window's mean stands: new"
+    assert said[2].startswith("forecast not used, the window's mean stands: noisy: its forecast")
