@@ -23,8 +23,9 @@ forecast). :attr:`Forecast.usable`: the forecast is used only where its error is
 window's (or no error could be measured yet).
 
 Pure Python rather than numpy or statsmodels' Holt-Winters: a forecast is a few thousand
-additions per VM (about a millisecond), with no fitting, no iteration that may not converge, no
-dependency of tens of MB, and the same figures on every machine.
+additions per VM, with no fitting, no iteration that may not converge, no
+dependency of tens of MB, and the same figures on every machine: about 2 ms of CPU per VM with
+a week of history at 5m, 2 s a round for 1,000 VMs.
 """
 
 from __future__ import annotations
@@ -156,17 +157,13 @@ def _errors(
 class _Seasonal:
     """The profile of slots before ``until``, moved by the recent level."""
 
-    def __init__(self, grid: _Grid, period: int, until: int, horizon: int) -> None:
+    def __init__(
+        self, grid: _Grid, period: int, horizon: int, sums: list[float], counts: list[int]
+    ) -> None:
         self.grid = grid
         self.period = period
         self.horizon = horizon
         self.level = grid.slots(LEVEL_SPAN)
-        sums = [0.0] * period
-        counts = [0] * period
-        for i, v in enumerate(grid.vals[:until]):
-            if v is not None:
-                sums[i % period] += v
-                counts[i % period] += 1
         self.profile: list[float | None] = [
             s / c if c else None for s, c in zip(sums, counts, strict=True)
         ]
@@ -185,6 +182,16 @@ class _Seasonal:
         if not shifts:
             return None
         return max(0.0, sum(known) / len(known) + sum(shifts) / len(shifts))
+
+
+def _add(grid: _Grid, period: int, lo: int, hi: int, sums: list[float], counts: list[int]) -> None:
+    """Add the known values of slots ``lo`` to ``hi - 1`` to their phases' sums."""
+    vals = grid.vals
+    for i in range(max(0, lo), hi):
+        v = vals[i]
+        if v is not None:
+            sums[i % period] += v
+            counts[i % period] += 1
 
 
 class _Trend:
@@ -221,10 +228,15 @@ def _seasonal(grid: _Grid, horizon: float, window: float) -> Forecast:
     if known < MIN_COVERED * seen:
         return NO_FORECAST
     h = grid.slots(horizon)
-    value = _Seasonal(grid, period, grid.n, h)(grid.n - 1)
+    # the profile of the days before the last (to measure the error on it), then of them all
+    until = grid.n - grid.slots(ERROR_SPAN)
+    sums, counts = [0.0] * period, [0] * period
+    _add(grid, period, grid.first, until, sums, counts)
+    trained = _Seasonal(grid, period, h, sums, counts)
+    _add(grid, period, until, grid.n, sums, counts)
+    value = _Seasonal(grid, period, h, sums, counts)(grid.n - 1)
     if value is None:
         return NO_FORECAST
-    trained = _Seasonal(grid, period, grid.n - grid.slots(ERROR_SPAN), h)
     error, held = _errors(grid, trained, h, grid.slots(window))
     return Forecast(round(value, 6), error, held)
 
