@@ -1,7 +1,8 @@
 """``statistic: forecast`` from a real Prometheus (Debian's ``/usr/bin/prometheus``) on three days
 of series backfilled with ``promtool``: one more range query over the history, at a 5m step,
 from which a VM with a daily cycle is forecast; a VM seen for a few hours only keeps its
-window's mean, and says so."""
+window's mean, and says so. A history query that fails (a server on loopback that answers the
+window and refuses the history) leaves the window's mean, not the load unknown."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.core.builders import host_state, snapshot, vm
 from tests.deploy.live import Process, PromApi
 from tests.deploy.promtools import binary
 from tests.net import free_port
+from tests.promhttp import fake_prometheus, matrix
 from tests.waiting import wait_for
 
 DAY = 86400
@@ -125,3 +127,29 @@ def test_a_daily_cycle_is_forecast_from_the_history_query(prometheus: str) -> No
     assert cpu["cyclic"] == pytest.approx(0.5 * coming + 0.5 * mean, rel=0.05)
     assert cpu["young"] == pytest.approx(mean, rel=0.05)  # its window's mean stands
     assert HISTORY_STEP == 300.0
+
+
+def test_a_history_query_that_fails_leaves_the_window_not_the_load_unknown() -> None:
+    now = datetime.fromtimestamp(END, UTC)
+    window = [(float(t), 1.5) for t in range(END - 600, END + 1, 60)]
+    asked: list[str] = []
+
+    def answer(query: str) -> dict[str, object]:
+        asked.append(query)
+        if len(asked) == 1:  # the window
+            return matrix(({"domain": "cyclic"}, window), ({"domain": "young"}, window))
+        return {"status": "error", "errorType": "timeout", "error": "query timed out"}
+
+    with fake_prometheus(answer) as server:
+        out = PrometheusLoad().window(observed(), spec_for(server.url), now)
+        history = server.queries[1]
+    assert len(asked) == 2
+    assert history["step"] == ["300"]
+    assert float(history["end"][0]) - float(history["start"][0]) == 7 * DAY - 300
+    view = out.load
+    assert view is not None
+    assert view.problem is None
+    assert view.forecast is not None
+    assert view.forecast.used == []
+    assert view.forecast.no_history == ["cyclic", "young"]
+    assert [v.cpu_used for v in out.vms] == [1.5, 1.5]
