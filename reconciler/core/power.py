@@ -27,12 +27,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from reconciler.core import planner
+from reconciler.core.feasibility import check_move
 from reconciler.core.load_range import in_range
 from reconciler.core.rollout_vms import stuck_reason, with_hosts_out
 from reconciler.core.selectors import matches
+from reconciler.core.state import build
 from reconciler.model.desired import DesiredState
-from reconciler.model.history import History
 from reconciler.model.power import PowerBook, PowerMode, PowerSpec, StandbyHost
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
@@ -182,10 +182,6 @@ def power_next(
     )
 
 
-DRAIN_TRIES = 3
-"""Plans tried to find a set of hosts whose VMs all find a place elsewhere."""
-
-
 def drainable(
     desired: DesiredState,
     snapshot: Snapshot,
@@ -193,22 +189,36 @@ def drainable(
     asleep: Collection[str],
     now: datetime,
 ) -> set[str]:
-    """Of ``hosts``, those whose every VM the planner places elsewhere with all of them (and
-    the hosts ``asleep``) held out: a host with a VM that finds no place is dropped, and the
-    rest planned again, at most ``DRAIN_TRIES`` times."""
-    left = set(hosts)
-    on: dict[str, str] = {v.name: v.host for v in snapshot.vms}
-    for _ in range(DRAIN_TRIES):
-        if not left:
-            break
-        trial = planner.plan(
-            with_hosts_out(desired, sorted({*left, *asleep})), snapshot, History(), now=now
+    """Of ``hosts``, those whose every running VM finds a place elsewhere under every
+    required rule, memory, vCPUs and hostLimit, with all of ``hosts`` (and those ``asleep``)
+    held out and the VMs placed before it counted (each where its host's score stays
+    lowest, the largest first); a host with a VM that finds no place is dropped, its VMs
+    counted where they are. One model, moved in place: no plan per host."""
+    del now
+    model, state = build(with_hosts_out(desired, sorted({*hosts, *asleep})), snapshot)
+    index = {h.name: h.index for h in model.hosts}
+    left: set[str] = set()
+    for host in sorted(hosts):
+        h = index.get(host)
+        if h is None:
+            continue
+        vms = sorted(
+            (v.index for v in model.vms if state.host_of[v.index] == h),
+            key=lambda v: (-model.vms[v].memory, model.vms[v].name),
         )
-        stuck = {on[vm] for u in trial.unsatisfiable for vm in u.vms if on.get(vm) in left}
-        if not stuck:
-            return left
-        left -= stuck
-    return set()
+        placed: list[int] = []
+        for v in vms:
+            fits = [t.index for t in model.hosts if check_move(state, v, t.index) is None]
+            if not fits:
+                break
+            state.move(v, min(fits, key=lambda t: (state.score_with(t, v, 1), t)))
+            placed.append(v)
+        if len(placed) == len(vms):
+            left.add(host)
+        else:
+            for v in placed:  # counted where they are
+                state.move(v, h)
+    return left
 
 
 def _age(delta: timedelta) -> str:
