@@ -12,6 +12,7 @@ affinity is broken already and its measure would not rise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from reconciler.core.capacity import pct
@@ -23,12 +24,29 @@ from reconciler.model.quantity import format_size
 EPSILON = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Refusal:
-    """Why a host cannot take a VM: ``category`` groups refusals, ``text`` explains one."""
+    """Why a host cannot take a VM: ``category`` groups refusals, ``text`` explains one
+    (``said``: the text, or what writes it when it is read: a search refuses hosts millions
+    of times and reads few of the reasons)."""
 
     category: str
-    text: str
+    said: str | Callable[[], str]
+
+    @property
+    def text(self) -> str:
+        return self.said if isinstance(self.said, str) else self.said()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Refusal):
+            return NotImplemented
+        return (self.category, self.text) == (other.category, other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.category, self.text))
+
+    def __repr__(self) -> str:
+        return f"Refusal(category={self.category!r}, text={self.text!r})"
 
 
 def _gib(size: float) -> str:
@@ -55,7 +73,7 @@ def check_move(state: State, v: int, t: int, *, alone: bool = True) -> Refusal |
     free = host.usable_memory - state.memory[t]
     if vm.memory > free:
         return Refusal(
-            "memory", f"{host.name} has {_gib(free)} free, the VM needs {_gib(vm.memory)}"
+            "memory", lambda: f"{host.name} has {_gib(free)} free, the VM needs {_gib(vm.memory)}"
         )
     if vm.pages and host.page_room is not None and state.pages is not None:
         room = host.page_room.get(vm.page_kib, 0)
