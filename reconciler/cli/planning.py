@@ -17,6 +17,7 @@ from reconciler.cli.desired import open_source
 from reconciler.cli.requests import ObserveOverrides, SourceRequest
 from reconciler.core import late_moves, planner
 from reconciler.errors import ConfigError
+from reconciler.model.desired import DesiredState
 from reconciler.report import plan_patch
 
 # the what-ifs and every format but the one asked for are imported where they are used
@@ -46,6 +47,27 @@ class PlanRequest:
     now: datetime | None = None
     format: str = "table"
     what_if: WhatIf = field(default_factory=WhatIf)
+
+
+def _with_power_held(desired: DesiredState, state_dir: Path | None) -> DesiredState:
+    """``desired`` with the hosts power saving keeps out (asleep, booting, being emptied, as
+    its book in the state directory says) held out, as run plans with them; each named."""
+    if not any(h.power is not None for h in desired.cluster.spec.hosts):
+        return desired
+    from reconciler.adapters.files.power import FilePowerStore
+    from reconciler.core.rollout_vms import with_hosts_out
+
+    book = FilePowerStore(desired.cluster.metadata.name, state_dir).load()
+    if book is None:
+        return desired
+    for name, entry in sorted(book.standby.items()):
+        print(f"standby (power saving): {name} since {entry.since:%Y-%m-%d %H:%M} ({entry.why})",
+              file=sys.stderr)  # fmt: skip
+    for name in sorted(book.booting):
+        print(f"booting (power saving): {name}", file=sys.stderr)
+    for name in sorted(book.emptying):
+        print(f"being emptied (power saving): {name}", file=sys.stderr)
+    return with_hosts_out(desired, sorted({*book.standby, *book.booting, *book.emptying}))
 
 
 def show_plan(request: PlanRequest) -> int:
@@ -82,6 +104,7 @@ def show_plan(request: PlanRequest) -> int:
             file=sys.stderr,
         )
     desired = late_moves.following(desired, late)
+    desired = _with_power_held(desired, request.state_dir)
     result = planner.plan(desired, snapshot, history, now=now)
     if request.format == "json":
         from reconciler.report import plan_json
