@@ -7,7 +7,6 @@ window and refuses the history) leaves the window's mean, not the load unknown."
 from __future__ import annotations
 
 import math
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -17,11 +16,8 @@ from reconciler.adapters.load.sources import HISTORY_STEP, PrometheusLoad
 from reconciler.model.load import LoadSpec
 from reconciler.model.snapshot import Snapshot
 from tests.core.builders import host_state, snapshot, vm
-from tests.deploy.live import Process, PromApi
-from tests.deploy.promtools import binary
-from tests.net import free_port
+from tests.deploy.live import backfilled_prometheus
 from tests.promhttp import fake_prometheus, matrix
-from tests.waiting import wait_for
 
 DAY = 86400
 STEP = 60
@@ -51,38 +47,9 @@ def openmetrics() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    promtool, server = binary("promtool"), binary("prometheus")
     folder = tmp_path_factory.mktemp("prometheus")
-    source = folder / "series.om"
-    source.write_text(openmetrics())
-    data = folder / "tsdb"
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    config = folder / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 60s}\n")
-    port = free_port()
-    proc = Process(
-        [
-            server,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            "--storage.tsdb.retention.time=10y",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        folder / "prometheus.log",
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: PromApi(url).ready() or not proc.alive(), 60, "Prometheus to start")
-        assert proc.alive(), proc.tail()
+    with backfilled_prometheus(folder, openmetrics(), scrape_interval="60s") as url:
         yield url
-    finally:
-        proc.stop()
 
 
 def spec_for(url: str) -> LoadSpec:

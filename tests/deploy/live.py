@@ -7,11 +7,13 @@ own service, if any, is not used).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +137,45 @@ class PromApi:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> Any:
         return self.get("/api/v1/query_range", query=expr, start=start, end=end, step=step)
+
+
+@contextlib.contextmanager
+def backfilled_prometheus(
+    directory: Path, openmetrics: str, *, scrape_interval: str
+) -> Iterator[str]:
+    """A real Prometheus on a free loopback port whose database holds the series of
+    ``openmetrics`` (backfilled with promtool, kept ten years); its URL while it runs."""
+    from tests.deploy.promtools import binary
+    from tests.waiting import wait_for
+
+    promtool, server = binary("promtool"), binary("prometheus")
+    source = directory / "series.om"
+    source.write_text(openmetrics)
+    data = directory / "tsdb"
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    config = directory / "prometheus.yml"
+    config.write_text(f"global: {{scrape_interval: {scrape_interval}}}\n")
+    port = free_port()
+    proc = Process(
+        [
+            server,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            "--storage.tsdb.retention.time=10y",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        directory / "prometheus.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: PromApi(url).ready() or not proc.alive(), 60, "Prometheus to start")
+        assert proc.alive(), proc.tail()
+        yield url
+    finally:
+        proc.stop()
