@@ -345,6 +345,7 @@ class ActingPath:
         if not any(h.power is not None for h in desired.cluster.spec.hosts):
             return None
         from reconciler.adapters.files.power import FilePowerStore
+        from reconciler.adapters.files.recovery import FileRecoveryStore
         from reconciler.adapters.libvirt.restarter import LibvirtRestarter
         from reconciler.adapters.power.switches import PowerSwitches
         from reconciler.engine.power import PowerPorts, PowerSaving
@@ -359,6 +360,7 @@ class ActingPath:
                 observer=observer,
                 answers=LibvirtRestarter(desired.cluster, connection=settings),
                 source=self.source,
+                recovery=FileRecoveryStore(cluster, self.state_dir),
             ),
         )
 

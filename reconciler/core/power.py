@@ -23,17 +23,19 @@ Nothing here switches anything: the engine (``run``) or the simulator carries th
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from reconciler.core.feasibility import check_move
 from reconciler.core.load_range import in_range
+from reconciler.core.power_need import shortfall, to_power_on
 from reconciler.core.rollout_vms import stuck_reason, with_hosts_out
 from reconciler.core.selectors import matches
 from reconciler.core.state import build
 from reconciler.model.desired import DesiredState
-from reconciler.model.power import PowerBook, PowerMode, PowerSpec, StandbyHost
+from reconciler.model.power import HostCapacity, PowerBook, PowerMode, PowerSpec, StandbyHost
+from reconciler.model.recovery import SavedVm
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
 _OFF = frozenset({VmRunState.SHUTOFF, VmRunState.CRASHED})
@@ -79,9 +81,12 @@ def power_next(
     *,
     facts: Mapping[str, HostFacts] | None = None,
     held: Collection[str] = (),
+    down: Collection[str] = (),
+    lost: Sequence[SavedVm] = (),
 ) -> PowerNext:
     """The round's power decision; ``held`` are hosts a rollout or a person holds (never
-    chosen to empty)."""
+    chosen to empty, their VMs must find room), ``down`` the hosts recovery tracks as dead
+    and ``lost`` the VMs it remembers of them that run nowhere now (they must find room)."""
     spec = desired.policy.spec.power
     facts = facts or {}
     if spec.mode is PowerMode.OFF:
@@ -98,6 +103,7 @@ def power_next(
         )
         return PowerNext(after, (), (), on, back)
     cpu, mem = _capacity(desired, snapshot, book)
+    known = _remembered(desired, snapshot, book, facts)
     running = [v for v in snapshot.vms if _runs(v)]
     # a figure out of range is no measurement: its VM counts as its vCPUs over the overcommit
     over = desired.policy.spec.cpu_overcommit
@@ -115,14 +121,47 @@ def power_next(
     standby = dict(book.standby)
     why: dict[str, str] = {}
     power_on: list[str] = []
+
+    def expected(host: str) -> HostCapacity:
+        return _expected(host, known, cpu, mem)
+
+    need = shortfall(
+        desired, snapshot, now, out={*standby, *book.booting, *emptying}, held=held,
+        down=down, lost=lost,
+    )  # fmt: skip
+    if need.short and emptying:  # capacity is short: emptying stops, those hosts serve again
+        for host in emptying:
+            why[host] = f"no longer emptied: capacity is short ({need.why()})"
+        emptying.clear()
+        need = shortfall(
+            desired, snapshot, now, out={*standby, *book.booting}, held=held, down=down,
+            lost=lost,
+        )  # fmt: skip
+    if need.short:
+        chosen, covered = to_power_on(
+            need,
+            [(h, expected(h)) for h in _by_efficiency(standby, facts)],
+            {h: expected(h) for h in book.booting},
+            host_limit=float(desired.policy.spec.host_limit),
+            band_high=spec.band.high,
+            reserve_hosts=desired.policy.spec.recovery.reserve_hosts,
+        )
+        for host in chosen:
+            why[host] = f"capacity needed: {need.why()}" + (
+                "" if covered else " (every standby host is powered on and it is still short)"
+            )
+        power_on += chosen
     if high_since is not None and now - high_since >= spec.power_on_after:
         emptying.clear()  # load is back: stop emptying
         target = (low + high) / 2
+        coming = total_cpu + sum(expected(h).cpus for h in [*book.booting, *power_on])
         for host in _by_efficiency(standby, facts):
-            if demand / max(total_cpu, 1e-9) <= target:
+            if demand / max(coming, 1e-9) <= target:
                 break
+            if host in power_on:
+                continue
             power_on.append(host)
-            total_cpu += _expected_cpu(desired, host, snapshot)
+            coming += expected(host).cpus
             why[host] = (
                 f"demand {100 * u:.0f}% of the capacity in service has been above the band's "
                 f"{spec.band.high:g}% for {_age(now - high_since)}"
@@ -141,20 +180,21 @@ def power_next(
         standby[h] = StandbyHost(since=now, why=why[h])
         cpu.pop(h, None)  # no longer capacity in service
         mem.pop(h, None)
-    chosen: dict[str, str] = {}
-    if low_since is not None and now - low_since >= spec.power_off_after and not power_on:
-        chosen = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
-                           standby, facts, held)  # fmt: skip
-    if chosen or emptying:
+    chosen_empty: dict[str, str] = {}
+    calm = not power_on and not need.short and not down  # no emptying while a host is down
+    if low_since is not None and now - low_since >= spec.power_off_after and calm:
+        chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
+                                 standby, facts, held)  # fmt: skip
+    if chosen_empty or emptying:
         # only hosts whose every VM the planner can place elsewhere, with all the others out
         asleep = set(standby) | set(book.booting)
-        kept = drainable(desired, snapshot, {*emptying, *chosen}, asleep, now)
+        kept = drainable(desired, snapshot, {*emptying, *chosen_empty}, asleep, now)
         for host in [h for h in emptying if h not in kept]:
             why[host] = "no longer emptied: the plan cannot place all of its VMs elsewhere"
             del emptying[host]
-        chosen = {h: r for h, r in chosen.items() if h in kept}
-    if chosen and low_since is not None:
-        for host, reason in chosen.items():
+        chosen_empty = {h: r for h, r in chosen_empty.items() if h in kept}
+    if chosen_empty and low_since is not None:
+        for host, reason in chosen_empty.items():
             emptying[host] = now
             why[host] = (
                 f"demand {100 * u:.0f}% has been below the band's {spec.band.low:g}% for "
@@ -170,6 +210,7 @@ def power_next(
             "emptying": emptying,
             "low_since": low_since,
             "high_since": high_since,
+            "capacity": known,
         }
     )
     return PowerNext(
@@ -243,12 +284,32 @@ def _capacity(
     return out_cpu, out_mem
 
 
-def _expected_cpu(desired: DesiredState, host: str, snapshot: Snapshot) -> float:
-    """The CPUs a standby host brings (as last seen in service)."""
+def _remembered(
+    desired: DesiredState, snapshot: Snapshot, book: PowerBook, facts: Mapping[str, HostFacts]
+) -> dict[str, HostCapacity]:
+    """The capacity of every host that may be powered off, as last seen answering."""
+    switchable = {h.name for h in desired.cluster.spec.hosts if h.power is not None} | {
+        h for h, f in facts.items() if f.switchable
+    }
+    known = {h: c for h, c in book.capacity.items() if h in switchable}
     for h in snapshot.hosts:
-        if h.name == host:
-            return float(h.cpus or 0)
-    return 0.0
+        if h.name in switchable and h.reachable and h.cpus and h.memory_total:
+            known[h.name] = HostCapacity(cpus=h.cpus, memory=h.memory_total)
+    return known
+
+
+def _expected(
+    host: str,
+    known: Mapping[str, HostCapacity],
+    cpu: Mapping[str, float],
+    mem: Mapping[str, int],
+) -> HostCapacity:
+    """What a standby host brings back: as last seen in service, else the average host in
+    service (a host asleep does not answer)."""
+    if host in known:
+        return known[host]
+    n = max(len(cpu), 1)
+    return HostCapacity(cpus=int(sum(cpu.values()) / n), memory=int(sum(mem.values()) / n))
 
 
 def _by_efficiency(standby: Mapping[str, StandbyHost], facts: Mapping[str, HostFacts]) -> list[str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from reconciler.core.power import HostFacts, PowerNext, power_next
+from reconciler.core.power_need import lost_vms
 from reconciler.engine.ports import (
     Answers,
     Clock,
@@ -37,6 +38,7 @@ from reconciler.engine.ports import (
     Observer,
     PowerStore,
     PowerSwitch,
+    RecoveryStore,
 )
 from reconciler.errors import ReconcilerError
 from reconciler.model.acting import Record
@@ -64,6 +66,9 @@ class PowerPorts:
     with ``Reconciler-Trigger: power``, or nothing for a folder)."""
     sleep: object = time.sleep
     """Waits between readings of a BMC (tests pass their own)."""
+    recovery: RecoveryStore | None = None
+    """Recovery's state (read only): the dead hosts and the VMs it remembers of them, whose
+    room a standby host may have to bring back."""
 
 
 @dataclass
@@ -115,7 +120,12 @@ class PowerSaving:
         book = self._booted(book, desired, now, report)
         hosts = {h.name: h for h in desired.cluster.spec.hosts}
         facts = {name: HostFacts(switchable=h.power is not None) for name, h in hosts.items()}
-        decided = power_next(desired, snapshot, book, now, facts=facts, held=held)
+        asleep = {*book.standby, *book.booting}
+        state = self.ports.recovery.load() if self.ports.recovery is not None else None
+        down, lost = lost_vms(state, snapshot, asleep)
+        decided = power_next(
+            desired, snapshot, book, now, facts=facts, held=held, down=down, lost=lost
+        )
         report.decided = decided
         mode = desired.policy.spec.power.mode
         for host, why in sorted(decided.why.items()):
@@ -132,7 +142,7 @@ class PowerSaving:
         for host in decided.power_off:
             book = self._power_off(book, hosts[host], now, report)
         for host in decided.power_on:
-            book = self._power_on(book, hosts[host], now, report)
+            book = self._power_on(book, hosts[host], now, report, decided.why.get(host, ""))
         self.ports.store.save(book)
         self._record(decided, report)
         self.last = report
@@ -218,13 +228,13 @@ class PowerSaving:
         return self._done(book, name, standby={**book.standby, name: entry})
 
     def _power_on(
-        self, book: PowerBook, host: Host, now: datetime, report: PowerReport
+        self, book: PowerBook, host: Host, now: datetime, report: PowerReport, why: str
     ) -> PowerBook:
         name = host.name
         if host.power is None:
             booting = {h: t for h, t in book.booting.items() if h != name}
             return book.model_copy(update={"booting": booting})
-        book = self._with_intent(book, name, PowerAction.ON, "demand above the band")
+        book = self._with_intent(book, name, PowerAction.ON, why or "demand above the band")
         try:
             self.ports.switch.power_on(name, host.power)
         except ReconcilerError as err:

@@ -235,6 +235,13 @@ class StandbyHost(Frozen):
     why: str
 
 
+class HostCapacity(Frozen):
+    """What a host brings into service: as last seen answering."""
+
+    cpus: int = Field(ge=0)
+    memory: int = Field(ge=0, description="Bytes.")
+
+
 class PowerBook(Frozen):
     """What power saving remembers between rounds, in the state directory (the simulator
     keeps it in memory)."""
@@ -259,4 +266,9 @@ class PowerBook(Frozen):
     intents: dict[str, PowerIntent] = Field(default_factory=dict, description="By host.")
     failed: dict[str, str] = Field(
         default_factory=dict, description="Host -> why it could not be powered off or on."
+    )
+    capacity: dict[str, HostCapacity] = Field(
+        default_factory=dict,
+        description="Host -> its CPUs and memory as last seen in service: what a standby or "
+        "booting host brings back (a host asleep does not answer).",
     )
