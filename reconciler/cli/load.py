@@ -50,11 +50,17 @@ def reader(desired: DesiredState, state_dir: Path | None, reading: Reading) -> L
         from reconciler.adapters.load.sources import PrometheusLoad
 
         return PrometheusLoad()
+    from reconciler.adapters.files.load_history import FileLoadHistory
     from reconciler.adapters.files.load_samples import FileLoadSamples
     from reconciler.adapters.load.sources import SamplesLoad
 
-    store = FileLoadSamples(desired.cluster.metadata.name, state_dir)
-    return SamplesLoad(store, short=reading is not Reading.RUN, hold=reading is Reading.ACT)
+    name = desired.cluster.metadata.name
+    return SamplesLoad(
+        FileLoadSamples(name, state_dir),
+        short=reading is not Reading.RUN,
+        hold=reading is Reading.ACT,
+        history=FileLoadHistory(name, state_dir),
+    )
 
 
 def windowed(
@@ -93,6 +99,7 @@ class Sampling:
         overrides: Callable[[], dict[str, object]],
     ) -> None:
         from reconciler.adapters.clock import SystemClock
+        from reconciler.adapters.files.load_history import FileLoadHistory
         from reconciler.adapters.files.load_samples import FileLoadSamples
         from reconciler.engine.sampling import SampleKeeper
 
@@ -103,7 +110,11 @@ class Sampling:
         self._close: Callable[[], None] | None = None
         self.stop = threading.Event()
         self.keeper = SampleKeeper(
-            cluster, self.current, FileLoadSamples(cluster, state_dir), SystemClock()
+            cluster,
+            self.current,
+            FileLoadSamples(cluster, state_dir),
+            SystemClock(),
+            history=FileLoadHistory(cluster, state_dir),
         )
         self.thread = threading.Thread(
             target=self.keeper.run, args=(self.stop,), name="load-samples", daemon=True

@@ -142,15 +142,4 @@ def _forecast_findings(load: LoadSpec, policy: Document | None) -> list[Finding]
                 f"use history: {format_duration(span)} or more",
             )
         )
-    if load.source is LoadSource.SAMPLES:
-        out.append(
-            finding_at(
-                policy,
-                ("spec", "load", "statistic"),
-                Severity.WARNING,
-                "run's samples keep only the window: no VM has a history to forecast from, "
-                "and the window's mean stands for every VM",
-                "set source: prometheus, which the forecast reads its history from",
-            )
-        )
     return out

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from reconciler.core import load_history
 from reconciler.core.load_view import MAX_GAP_SAMPLES, max_gap
 from reconciler.core.load_window import Reading
-from reconciler.model.load import MAX_SAMPLES, LoadSamples, LoadSpec, VmSamples
+from reconciler.model.load import MAX_SAMPLES, LoadSamples, LoadSpec, Statistic, VmSamples
 from reconciler.model.quantity import format_duration
 
 
@@ -33,7 +34,11 @@ class HostSample:
 
 
 def keep_seconds(spec: LoadSpec) -> float:
-    """How far back readings are kept: the window and the longest gap before it."""
+    """How far back readings are kept: the window and the longest gap before it; with
+    ``statistic: forecast`` at least a bucket of the history and the gap before it, so that
+    each bucket is folded whole (:mod:`reconciler.core.load_history`)."""
+    if spec.statistic is Statistic.FORECAST:
+        return load_history.keep_seconds(spec)
     return spec.window.total_seconds() + max_gap(spec)
 
 

@@ -335,9 +335,14 @@ def from_readings(
     spec: LoadSpec,
     series: Mapping[str, Sequence[Reading]],
     now: datetime,
+    *,
+    history: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    history_step: float = 300.0,
 ) -> Snapshot:
     """``snapshot`` with each VM's load over the window ending ``now`` from ``series`` (VM
-    name -> its cumulative CPU readings, as ``run`` keeps them)."""
+    name -> its cumulative CPU readings, as ``run`` keeps them); ``history`` (``statistic:
+    forecast``): VM name -> its points over ``forecast.history`` every ``history_step``
+    seconds (the buckets ``run`` keeps, ``reconciler.core.load_history``)."""
     end = now.timestamp()
     start = end - spec.window.total_seconds()
     gap = max_gap(spec)
@@ -346,9 +351,10 @@ def from_readings(
         readings = series.get(vm.name)
         if readings:
             figures[vm.name] = figure(_spans_of_readings(readings, gap), start, end, spec.statistic)
-    # run's samples keep the window only: no VM has a history to forecast from
-    none: dict[str, Forecast] | None = {} if spec.statistic is Statistic.FORECAST else None
-    return windowed(snapshot, spec, figures, now, forecasts=none)
+    ahead = None
+    if spec.statistic is Statistic.FORECAST:
+        ahead = forecasts(snapshot, spec, history or {}, now, history_step)
+    return windowed(snapshot, spec, figures, now, forecasts=ahead)
 
 
 def from_points(

@@ -21,6 +21,7 @@ from reconciler.model.acting import Loaded, QueuedRecord, Record, Recorded
 from reconciler.model.migration import MigrationProgress, MigrationResult
 
 if TYPE_CHECKING:  # only named in signatures: a command imports the models it uses itself
+    from reconciler.core.load_history import LoadHistory
     from reconciler.core.load_samples import HostSample
     from reconciler.model.audit import Comment, PullRequest, RepoCommit
     from reconciler.model.load import LoadSamples, LoadSpec
@@ -57,6 +58,7 @@ __all__ = [
     "HostControl",
     "Lease",
     "LoadReader",
+    "LoadHistoryStore",
     "LoadSampleStore",
     "LoadSampler",
     "Loaded",
@@ -107,6 +109,17 @@ class LoadSampleStore(Protocol):
 
     def save(self, samples: LoadSamples) -> None:
         """Replace them, atomically; TerminalError when they cannot be written."""
+        ...
+
+
+class LoadHistoryStore(Protocol):
+    def load(self) -> LoadHistory | None:
+        """The history kept (``statistic: forecast``), None when there is none (or it cannot
+        be read, a warning)."""
+        ...
+
+    def save(self, history: LoadHistory) -> None:
+        """Replace it, atomically; TerminalError when it cannot be written."""
         ...
 
 

@@ -7,6 +7,11 @@ kept in the state directory and drops what is older (``reconciler.core.load_samp
 policy is asked each time (``current``): with ``basis: allocated`` or ``source: prometheus``
 nothing is sampled. A sample that fails is logged and the next one is taken on time; a host
 that did not answer leaves a gap in its VMs' windows, never a zero.
+
+With ``statistic: forecast`` it also keeps the history the forecast learns from
+(``history``): at the first sample after each 5-minute bucket ends, the bucket's mean is
+folded from the readings (``reconciler.core.load_history``) and the history written. The
+history is read once, at the first sample, and kept in memory after.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from reconciler.core import load_history, load_samples
 from reconciler.core.load_samples import added
 from reconciler.engine.loop import Sleep, real_sleep
-from reconciler.engine.ports import Clock, LoadSampler, LoadSampleStore
+from reconciler.engine.ports import Clock, LoadHistoryStore, LoadSampler, LoadSampleStore
 from reconciler.errors import ReconcilerError
-from reconciler.model.load import LoadSpec
+from reconciler.model.load import LoadSamples, LoadSpec, Statistic
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +42,12 @@ class SampleKeeper:
     store: LoadSampleStore
     clock: Clock
     sleep: Sleep = real_sleep
+    history: LoadHistoryStore | None = None
+    """Where the forecast's history is kept (``statistic: forecast``); None: not kept."""
     samples: int = 0
     _hosts_down: frozenset[str] = field(default_factory=frozenset)
+    _history: load_history.LoadHistory | None = None
+    _history_read: bool = False
 
     def run(self, stop: threading.Event) -> None:
         """Sample until ``stop`` is set."""
@@ -69,9 +79,30 @@ class SampleKeeper:
         try:
             kept = self.store.load()
             taken = self.clock.now().timestamp()
-            self.store.save(added(kept, self.cluster, spec, readings, taken))
+            now = added(kept, self.cluster, spec, readings, taken)
+            self.store.save(now)
         except ReconcilerError as err:
             log.warning("load sample not kept: %s", err)
             return every
         self.samples += 1
+        if self.history is not None and spec.statistic is Statistic.FORECAST:
+            self._fold(self.history, spec, now, taken)
         return every
+
+    def _fold(
+        self, store: LoadHistoryStore, spec: LoadSpec, now: LoadSamples, taken: float
+    ) -> None:
+        """The buckets completed since the last sample, into the history."""
+        try:
+            if not self._history_read:
+                self._history = store.load()
+                self._history_read = True
+            uuids = {name: series.uuid for name, series in now.vms.items()}
+            new = load_history.folded(
+                self._history, self.cluster, spec, load_samples.readings(now), uuids, taken
+            )
+            if new is not None:
+                store.save(new)
+                self._history = new
+        except ReconcilerError as err:
+            log.warning("load history not kept: %s", err)

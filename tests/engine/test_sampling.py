@@ -3,16 +3,19 @@ answer, the policy asked every time, and a store that cannot be written never st
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import timedelta
 
 import pytest
 
+from reconciler.core.load_history import LoadHistory
 from reconciler.core.load_samples import readings
 from reconciler.core.load_view import from_readings, unknown
 from reconciler.engine.ports import LoadSampler
 from reconciler.engine.sampling import IDLE, SampleKeeper
-from reconciler.model.load import LoadSpec
+from reconciler.errors import TerminalError
+from reconciler.model.load import LoadSpec, Statistic
 from tests.fakes import FakeClock, FakeCluster, FakeHost, FakeSampler, FakeVm, MemorySampleStore
 
 SPEC = LoadSpec.model_validate({"window": "5m", "sampleEvery": "30s"})
@@ -101,3 +104,51 @@ def test_the_thread_stops_when_told() -> None:
     assert not thread.is_alive()
     assert sampler.calls == 3
     assert slept == [30.0, 30.0, 30.0]
+
+
+class MemoryHistory:
+    def __init__(self) -> None:
+        self.kept: LoadHistory | None = None
+        self.saves = 0
+        self.reads = 0
+        self.fail: str | None = None
+
+    def load(self) -> LoadHistory | None:
+        self.reads += 1
+        return self.kept
+
+    def save(self, history: LoadHistory) -> None:
+        if self.fail is not None:
+            raise TerminalError(self.fail)
+        self.saves += 1
+        self.kept = history
+
+
+def test_with_a_forecast_each_bucket_is_folded_once_and_a_failed_write_is_tried_again() -> None:
+    cluster, _, _, keeper = world()
+    spec = SPEC.model_copy(update={"statistic": Statistic.FORECAST})
+    keeper.current = lambda: (spec, FakeSampler(cluster))
+    history = MemoryHistory()
+    keeper.history = history
+    cluster.clock.advance(timedelta(seconds=-(cluster.clock.now().timestamp() % 300)))
+    run_for(keeper, cluster.clock, 21)  # 10 minutes and a sample: two buckets ended
+    assert history.reads == 1  # read once, kept in memory after
+    assert history.saves == 2
+    assert history.kept is not None
+    assert history.kept.names == ("x", "y")
+    history.fail = "disk full"
+    run_for(keeper, cluster.clock, 10)  # a third bucket ends: not written, sampling goes on
+    assert history.saves == 2
+    assert keeper.samples == 31
+    history.fail = None
+    run_for(keeper, cluster.clock, 1)
+    assert history.saves == 3
+    assert history.kept.end == math.floor(cluster.clock.now().timestamp() / 300) - 1
+
+
+def test_without_a_forecast_no_history_is_kept() -> None:
+    cluster, _, _, keeper = world()
+    history = MemoryHistory()
+    keeper.history = history
+    run_for(keeper, cluster.clock, 25)
+    assert history.reads == history.saves == 0

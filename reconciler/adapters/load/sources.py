@@ -11,9 +11,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from reconciler.adapters.files.load_history import FileLoadHistory
 from reconciler.adapters.files.load_samples import FileLoadSamples
 from reconciler.adapters.prometheus.client import PrometheusClient
-from reconciler.core import load_samples, load_view
+from reconciler.core import load_history, load_samples, load_view
 from reconciler.core.load_series import Series
 from reconciler.errors import ReconcilerError
 from reconciler.model.load import LoadSpec, Statistic
@@ -40,10 +41,18 @@ class SamplesLoad:
     itself), what the samples cover is the window and the rest is unknown.
     """
 
-    def __init__(self, store: FileLoadSamples, *, short: bool, hold: bool = False) -> None:
+    def __init__(
+        self,
+        store: FileLoadSamples,
+        *,
+        short: bool,
+        hold: bool = False,
+        history: FileLoadHistory | None = None,
+    ) -> None:
         self.store = store
         self.short = short
         self.hold = hold
+        self.history = history
 
     def window(self, snapshot: Snapshot, spec: LoadSpec, now: datetime) -> Snapshot:
         where = str(self.store.path.parent)
@@ -58,7 +67,23 @@ class SamplesLoad:
         if stale is not None and self.short:
             return self._short(snapshot, spec, stale)
         series = load_samples.readings(samples) if samples is not None else {}
-        return load_view.from_readings(snapshot, spec, series, now)
+        return load_view.from_readings(
+            snapshot, spec, series, now, history=self._history(snapshot, spec)
+        )
+
+    def _history(
+        self, snapshot: Snapshot, spec: LoadSpec
+    ) -> dict[str, list[tuple[float, float]]] | None:
+        """The buckets ``run`` keeps (``statistic: forecast``); a history that cannot be read
+        leaves every VM without a forecast (the window's mean stands), not its load unknown."""
+        if spec.statistic is not Statistic.FORECAST or self.history is None:
+            return None
+        try:
+            kept = self.history.load()
+        except ReconcilerError as err:
+            log.warning("no forecast, the history was not read: %s", err)
+            return None
+        return load_history.points(kept, (vm.name for vm in snapshot.vms))
 
     def _short(self, snapshot: Snapshot, spec: LoadSpec, why: str) -> Snapshot:
         note = (
