@@ -34,7 +34,9 @@ from reconciler.core.rollout_vms import stuck_reason, with_hosts_out
 from reconciler.core.selectors import matches
 from reconciler.core.state import build
 from reconciler.model.desired import DesiredState
+from reconciler.model.load import Statistic
 from reconciler.model.power import HostCapacity, PowerBook, PowerMode, PowerSpec, StandbyHost
+from reconciler.model.quantity import format_duration
 from reconciler.model.recovery import SavedVm
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
@@ -167,6 +169,25 @@ def power_next(
                 f"{spec.band.high:g}% for {_age(now - high_since)}"
             )
         high_since = None if power_on else high_since
+    ahead = _forecast(snapshot, running, over)
+    if ahead is not None and not power_on:
+        # the forecast says demand will be above the band: power on before it arrives
+        coming = total_cpu + sum(expected(h).cpus for h in book.booting)
+        if ahead / max(coming, 1e-9) > high:
+            emptying.clear()
+            target = (low + high) / 2
+            horizon = desired.policy.spec.load.forecast.horizon
+            for host in _by_efficiency(standby, facts):
+                if ahead / max(coming, 1e-9) <= target:
+                    break
+                power_on.append(host)
+                coming += expected(host).cpus
+                why[host] = (
+                    f"forecast: demand expected at {100 * ahead / max(total_cpu, 1e-9):.0f}% "
+                    f"of the capacity in service over the next {format_duration(horizon)}, "
+                    f"above the band's {spec.band.high:g}% (now {100 * u:.0f}%): powered on "
+                    "before it arrives"
+                )
     off = tuple(
         sorted(
             h
@@ -183,7 +204,9 @@ def power_next(
     chosen_empty: dict[str, str] = {}
     calm = not power_on and not need.short and not down  # no emptying while a host is down
     if low_since is not None and now - low_since >= spec.power_off_after and calm:
-        chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, demand, memory, emptying,
+        # a host is not emptied for a lull the forecast says is ending
+        peak = demand if ahead is None else max(demand, ahead)
+        chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, peak, memory, emptying,
                                  standby, facts, held)  # fmt: skip
     if chosen_empty or emptying:
         # only hosts whose every VM the planner can place elsewhere, with all the others out
@@ -282,6 +305,26 @@ def _capacity(
         out_cpu[h.name] = float(h.cpus or 0)
         out_mem[h.name] = int(h.memory_total or 0)
     return out_cpu, out_mem
+
+
+def _forecast(snapshot: Snapshot, running: Sequence[VmState], over: float) -> float | None:
+    """The demand the forecast expects over its horizon (``statistic: forecast``): each VM's
+    forecast where it was used, its figure where not; None without a forecast."""
+    load = snapshot.load
+    if load is None or load.statistic is not Statistic.FORECAST or load.forecast is None:
+        return None
+    used = set(load.forecast.used)
+    total = 0.0
+    for v in running:
+        seen = load.vms.get(v.name)
+        fc = seen.forecast if seen is not None and v.name in used else None
+        if fc is not None and in_range(fc, v.vcpus):
+            total += fc
+        elif v.cpu_used is not None and in_range(v.cpu_used, v.vcpus):
+            total += v.cpu_used
+        else:
+            total += v.vcpus / over
+    return total
 
 
 def _remembered(
