@@ -45,7 +45,7 @@ def looked(now: float, ahead: float, *, used: bool = True) -> Snapshot:
     """h0 and h1 in service (32 CPUs), two 16-vCPU VMs using ``now`` cores each, forecast
     to use ``ahead`` each over the next 30 minutes; h2 asleep."""
     vms = [vm(f"v{i}", h, vcpus=16, cpu_used=now, memory_gib=1) for i, h in enumerate(HOSTS[:2])]
-    names = [v.name for v in vms]
+    names = [str(v.name) for v in vms]
     view = LoadView(
         source=LoadSource.PROMETHEUS,
         basis=LoadBasis.WINDOW,
