@@ -15,7 +15,8 @@ The set-up (CloudSim's ``examples/power/Constants.java``, ``Helper.java``,
 
 Policies, side by side: ``none`` (no migration), ``thr-mmt-0.8`` (the literature's simplest
 heuristic, :mod:`thr_mmt`, as CloudSim runs it: a reference written here, not part of the
-product), ``balance`` (the product's default balance policy, decided each round by
+product), ``lr-mmt-1.2`` (the literature's best-known one, local regression, :mod:`lr_mmt`,
+likewise), ``balance`` (the product's default balance policy, decided each round by
 ``core.next_actions`` as ``run`` decides; a required rule keeps the fast VMs on G5 hosts). The
 power policy joins once the product has one.
 
@@ -49,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lr_mmt import LrMmt
 from thr_mmt import MIPS_LABEL, ThrMmt, finish_times
 
 from reconciler.adapters.traces import read_planetlab
@@ -355,6 +357,12 @@ def run_day(
                 decider = ThrMmt(desired, threshold, finished=finished)
             else:
                 decider = ThrMmt(desired, threshold, first=0.0, lag=0.0)
+        elif name.startswith("lr-mmt-"):
+            safety = float(name.removeprefix("lr-mmt-"))
+            if cloudsim:
+                decider = LrMmt(desired, safety, finished=finished)
+            else:
+                decider = LrMmt(desired, safety, first=0.0, lag=0.0)
         elif name == "balance":
             decider = RunDecider(desired, name="balance")
         elif name == "power":

@@ -72,6 +72,44 @@ def power(curves: Floats, utilisation: Floats) -> Floats:
     return below + (curves[rows, low + 1] - below) * (u - low)  # type: ignore[no-any-return]
 
 
+class Threshold:
+    """CloudSim's static threshold (``PowerVmAllocationPolicyMigrationStaticThreshold``): a
+    host is overloaded when the MIPS its VMs request over its MIPS exceed ``threshold``.
+
+    The overload rule of a round, kept up to date as VMs are planned on and off hosts:
+    :class:`ThrMmt` asks it which hosts are overloaded, whether one still is, and where a VM
+    would overload its host; a subclass of :class:`ThrMmt` gives another rule
+    (:meth:`ThrMmt.judge`)."""
+
+    def __init__(
+        self, threshold: float, demand: Floats, lists: Sequence[Sequence[int]], capacity: Floats
+    ) -> None:
+        self.threshold = threshold
+        self.demand = demand
+        self.capacity = capacity
+        self.requested = np.array([sum(demand[vm] for vm in vms) for vms in lists], dtype=float)
+
+    def add(self, vm: int, h: int) -> None:
+        """``vm`` planned on ``h`` (already in its list)."""
+        self.requested[h] += self.demand[vm]
+
+    def remove(self, vm: int, h: int) -> None:
+        """``vm`` planned off ``h`` (already out of its list)."""
+        self.requested[h] -= self.demand[vm]
+
+    def over(self) -> Flags:
+        """Which hosts are overloaded as planned so far."""
+        return self.requested / self.capacity > self.threshold
+
+    def over_host(self, h: int) -> bool:
+        return bool(self.requested[h] / self.capacity[h] > self.threshold)
+
+    def over_with(self, vm: int) -> Flags:
+        """Which hosts would be overloaded with ``vm`` on them too."""
+        after = (self.requested + self.demand[vm]) / self.capacity
+        return after > self.threshold  # type: ignore[no-any-return]
+
+
 def finish_times(trace: Trace, first: int = 1) -> list[float]:
     """Seconds at which CloudSim 3.0.3 takes each VM of ``trace`` for finished (``inf``:
     never). At every update (one per step from step ``first``, 0.1 s in) it removes for good
@@ -220,19 +258,17 @@ class ThrMmt:
         capacity = np.array(world.capacity, dtype=np.float64)
         pe = np.array([k.speed for k in world.kinds], dtype=np.float64)
         curves = np.array([k.power.curve() for k in world.kinds], dtype=np.float64)
-        threshold = self.threshold
+        judge = self.judge(demand, lists, capacity, seconds)
         # What each host's scheduler allocates (capped at a CPU's MIPS per VM, scaled down
-        # when oversubscribed) and what its VMs request.
-        requested = np.zeros(hosts)
+        # when oversubscribed).
         allocated = np.zeros(hosts)
         for h, vms in enumerate(lists):
             for vm in vms:
-                requested[h] += demand[vm]
                 allocated[h] += min(demand[vm], pe[h])
         allocated = np.minimum(allocated, capacity)
         utilisation = allocated / capacity  # at the round's update
         drawn = power(curves, utilisation)  # host.getPower() while the round plans
-        over = requested / capacity > threshold
+        over = judge.over()
         off = utilisation == 0
 
         def find(vm: int, excluded: Flags) -> int | None:
@@ -241,7 +277,7 @@ class ThrMmt:
                 ~excluded
                 & (pe >= r)
                 & (capacity - allocated >= r)
-                & ((allocated == 0) | ((requested + r) / capacity <= threshold))
+                & ((allocated == 0) | ~judge.over_with(vm))
             )
             if not fits.any():
                 return None
@@ -256,12 +292,12 @@ class ThrMmt:
 
         def put(vm: int, h: int) -> None:
             lists[h].append(vm)
-            requested[h] += demand[vm]
+            judge.add(vm, h)
             allocated[h] += demand[vm]
 
         def take(vm: int, h: int) -> None:
             lists[h].remove(vm)
-            requested[h] -= demand[vm]
+            judge.remove(vm, h)
             allocated[h] -= min(demand[vm], pe[h])
 
         # 1. VMs leaving the overloaded hosts: the least RAM first, until not overloaded.
@@ -271,7 +307,7 @@ class ThrMmt:
                 vm = min(lists[hot], key=lambda v: self._ram[v])  # the first among equals
                 leaving.append(vm)
                 take(vm, hot)
-                if requested[hot] / capacity[hot] <= threshold:
+                if not judge.over_host(hot):
                     break
         # 2. Placed by requested MIPS, decreasing (a stable sort, as Java's).
         plan: dict[int, int] = {}
@@ -319,6 +355,12 @@ class ThrMmt:
                 order.append(vm)
                 plan[vm] = target
         return [(vm, plan[vm]) for vm in order]
+
+    def judge(
+        self, demand: Floats, lists: Sequence[Sequence[int]], capacity: Floats, seconds: float
+    ) -> Threshold:
+        """The round's overload rule, over the hosts' VM ``lists`` at ``seconds``."""
+        return Threshold(self.threshold, demand, lists, capacity)
 
     def _say(self, line: str) -> None:
         if self.trail is not None:
