@@ -106,6 +106,10 @@ def show_plan(request: PlanRequest) -> int:
     desired = late_moves.following(desired, late)
     desired = _with_power_held(desired, request.state_dir)
     result = planner.plan(desired, snapshot, history, now=now)
+    if snapshot.load is not None and snapshot.load.forecast is not None:
+        from reconciler.core import forecast_plan  # what the forecast changed: a second plan
+
+        result = forecast_plan.ahead_of_time(desired, snapshot, history, result, now=now)
     if request.format == "json":
         from reconciler.report import plan_json
 

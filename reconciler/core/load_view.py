@@ -82,10 +82,11 @@ def windowed(
         f = figures.get(seen.name, Figure(None, 0.0))
         window, now = f.value, seen.cpu_used
         fc = None
+        mean = None
         if forecasts is not None and ahead is not None:
             fc = forecasts.get(seen.name)
             if window is not None and _active(seen):
-                window = ahead.figure(seen.name, window, fc)
+                mean, window = window, ahead.figure(seen.name, window, fc)
         bad: list[str] = []
         if window is not None and not load_range.in_range(window, seen.vcpus):
             bad.append(load_range.why(window, seen.vcpus, "over the window"))
@@ -104,6 +105,7 @@ def windowed(
             covered=round(f.covered, 4),
             forecast=None if fc is None else fc.value,
             forecast_error=None if fc is None else fc.error,
+            mean=None if mean is None or mean == window else round(mean, 6),
         )
         if window is not None and _active(seen):
             seen = seen.model_copy(update={"cpu_used": round(window, 4)})  # noqa: PLW2901
@@ -149,12 +151,15 @@ class _Ahead:
         self.used: list[str] = []
         self.no_history: list[str] = []
         self.ignored: dict[str, str] = {}
+        self.errors: dict[str, tuple[float, float]] = {}
 
     def figure(self, name: str, window: float, fc: Forecast | None) -> float:
         """The VM's figure: its window's mean, blended with its forecast where usable."""
         if fc is None or fc.value is None:
             self.no_history.append(name)
             return window
+        if fc.error is not None and fc.window_error is not None:
+            self.errors[name] = (fc.error, fc.window_error)
         if not fc.usable:
             self.ignored[name] = (
                 f"its forecast erred by {fc.error or 0.0:.3g} cores on average over the last "
@@ -172,7 +177,15 @@ class _Ahead:
             used=sorted(self.used),
             no_history=sorted(self.no_history),
             ignored=dict(sorted(self.ignored.items())),
+            errors={name: e for name, (e, _) in sorted(self.errors.items())},
+            error=self._mean(0),
+            window_error=self._mean(1),
         )
+
+    def _mean(self, which: int) -> float | None:
+        if not self.errors:
+            return None
+        return round(sum(e[which] for e in self.errors.values()) / len(self.errors), 6)
 
 
 def forecasts(
@@ -466,7 +479,11 @@ def reapplied(snapshot: Snapshot, view: LoadView | None) -> Snapshot:
     # the figures are already blended: keep what the forecast made of them
     loads = {
         name: load.model_copy(
-            update={"forecast": old.forecast, "forecast_error": old.forecast_error}
+            update={
+                "forecast": old.forecast,
+                "forecast_error": old.forecast_error,
+                "mean": old.mean,
+            }
         )
         if (old := view.vms.get(name)) is not None
         else load

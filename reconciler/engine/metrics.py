@@ -119,6 +119,28 @@ class Metrics:
             ["cluster", "kind"],
             registry=r,
         )
+        self.forecast_error = Gauge(
+            "reconciler_forecast_error_cores",
+            "statistic: forecast: the forecast's mean absolute error over the last day, cores, "
+            "averaged over the VMs it could be measured for (which=forecast), and the same of "
+            "the window's mean held over the horizon (which=window).",
+            ["cluster", "which"],
+            registry=r,
+        )
+        self.forecast_error_ratio = Gauge(
+            "reconciler_forecast_error_ratio",
+            "statistic: forecast: the forecast's error over the window's (which=forecast over "
+            "which=window above); below 1 the forecast tells the coming load better.",
+            ["cluster"],
+            registry=r,
+        )
+        self.forecast_vms = Gauge(
+            "reconciler_forecast_vms",
+            "statistic: forecast: VMs whose figure blends their forecast in (use=used), with too "
+            "little history (use=no_history) and whose forecast erred too much (use=ignored).",
+            ["cluster", "use"],
+            registry=r,
+        )
         self.host_cpu = Gauge(
             "reconciler_host_cpu_percent",
             "CPU utilisation of a host's VMs in the last plan (basis used), percent: over the "
@@ -266,6 +288,7 @@ class Metrics:
         load = plan.load  # None: basis allocated, no load is read
         self.load_unknown.labels(self.cluster, "vm").set(len(load.unknown_vms) if load else 0)
         self.load_unknown.labels(self.cluster, "host").set(len(load.unknown_hosts) if load else 0)
+        self._record_forecast(load)
         for spread in plan.spreads:
             self.spread.labels(self.cluster, spread.arch).set(spread.before)
             self.spread_threshold.labels(self.cluster, spread.arch).set(spread.threshold)
@@ -278,6 +301,29 @@ class Metrics:
                 with contextlib.suppress(KeyError):
                     self.host_score.remove(self.cluster, host.host)
             self._record_host_cpu(host, load)
+
+    def _record_forecast(self, load: PlanLoad | None) -> None:
+        """Per cluster, never per VM: a fleet of thousands of VMs would make thousands of
+        series; each VM's error is in the plan (``load.forecast.errors``)."""
+        f = load.forecast if load is not None else None
+        for use, count in (
+            ("used", len(f.used) if f else None),
+            ("no_history", len(f.no_history) if f else None),
+            ("ignored", len(f.ignored) if f else None),
+        ):
+            self._set_or_remove(self.forecast_vms, count, use)
+        error, held = (f.error, f.window_error) if f else (None, None)
+        self._set_or_remove(self.forecast_error, error, "forecast")
+        self._set_or_remove(self.forecast_error, held, "window")
+        ratio = error / held if error is not None and held else None
+        self._set_or_remove(self.forecast_error_ratio, ratio)
+
+    def _set_or_remove(self, gauge: Gauge, value: float | None, *labels: str) -> None:
+        if value is None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(self.cluster, *labels)
+        else:
+            gauge.labels(self.cluster, *labels).set(value)
 
     def _record_host_cpu(self, host: HostLoad, load: PlanLoad | None) -> None:
         """over=window: the figure balance decides on, only while the host's window is known;

@@ -254,6 +254,12 @@ class VmLoad(Frozen):
         ge=0,
         description="The forecast's mean absolute error over the last day, cores.",
     )
+    mean: float | None = Field(
+        default=None,
+        ge=0,
+        description="With statistic: forecast, the window's mean before the forecast was "
+        "blended in (None where it is ``window`` itself).",
+    )
 
 
 class ForecastView(Frozen):
@@ -273,6 +279,22 @@ class ForecastView(Frozen):
         default_factory=dict,
         description="VM -> why its forecast was not used (its error over the last day was "
         "larger than the window's): the window's mean stands.",
+    )
+    errors: dict[str, float] = Field(
+        default_factory=dict,
+        description="VM -> its forecast's mean absolute error over the last day, cores (VMs "
+        "whose error could be measured).",
+    )
+    error: float | None = Field(
+        default=None,
+        ge=0,
+        description="The mean of ``errors`` over the VMs measured, cores.",
+    )
+    window_error: float | None = Field(
+        default=None,
+        ge=0,
+        description="The same VMs' window's mean held over the horizon, measured the same way: "
+        "the figure the forecast is set against.",
     )
 
 

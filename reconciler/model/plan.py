@@ -142,6 +142,16 @@ class HostLoad(Frozen):
         description="false when the load of the host or of a VM on it over the window is "
         "unknown: no balance move comes to it or leaves it.",
     )
+    cpu_window: float | None = Field(
+        default=None,
+        description="With statistic: forecast, CPU% over the window alone (its VMs' means); "
+        "cpu_before is the blend the plan used.",
+    )
+    cpu_forecast: float | None = Field(
+        default=None,
+        description="With statistic: forecast, CPU% the forecast expects over the next "
+        "horizon (each VM's forecast where used, its window's mean elsewhere).",
+    )
 
 
 class ArchSpread(Frozen):
@@ -156,6 +166,19 @@ class ArchSpread(Frozen):
     )
     hold_rounds: int = Field(ge=1)
     balancing: bool = Field(description="Balance moves were considered this round.")
+
+
+class AheadMove(Frozen):
+    """A move made ahead of time: planned on the window's figures alone, it would not be."""
+
+    vm: str
+    source: str
+    target: str
+    host: str = Field(description="The host whose forecast made the move (its source).")
+    forecast: float = Field(description="The host's CPU% the forecast expects.")
+    window: float = Field(description="The host's CPU% over the window.")
+    start: AwareDatetime = Field(description="The horizon forecast: from.")
+    end: AwareDatetime = Field(description="The horizon forecast: until.")
 
 
 class PlanLoad(Frozen):
@@ -189,6 +212,11 @@ class PlanLoad(Frozen):
         default=None,
         description="With statistic: forecast: the VMs forecast, those with too little "
         "history and those whose forecast erred too much (their window's mean stands).",
+    )
+    ahead: list[AheadMove] = Field(
+        default_factory=list,
+        description="With statistic: forecast: the moves made because of the forecast (the "
+        "plan on the window's figures alone does not make them); only plan looks for them.",
     )
 
 

@@ -19,6 +19,7 @@ from itertools import groupby
 
 from reconciler.model.load import ForecastView
 from reconciler.model.plan import (
+    AheadMove,
     Assist,
     Backoff,
     Candidate,
@@ -86,8 +87,14 @@ def _route(move: Move) -> str:
     return f"{move.source} -> {move.target}"
 
 
-def _move_lines(moves: Sequence[Move], cols: _Columns, indent: str) -> list[str]:
-    """One line per move in aligned columns; the detail follows, wrapped when it does not fit."""
+def _move_lines(
+    moves: Sequence[Move],
+    cols: _Columns,
+    indent: str,
+    ahead: Mapping[tuple[str, str, str], AheadMove] | None = None,
+) -> list[str]:
+    """One line per move in aligned columns; the detail follows, wrapped when it does not fit;
+    a move made ahead of time says what the forecast expected."""
     lines: list[str] = []
     for move in moves:
         head = (
@@ -103,7 +110,18 @@ def _move_lines(moves: Sequence[Move], cols: _Columns, indent: str) -> list[str]
         busy = busy_line(move)
         if busy:
             lines.extend(_wrapped(busy, indent))
+        early = ahead.get((move.vm, move.source, move.target)) if ahead else None
+        if early is not None:
+            lines.extend(_wrapped(ahead_text(early), indent))
     return lines
+
+
+def ahead_text(a: AheadMove) -> str:
+    """``ahead of time: forecast 86% at 08:00-08:30 vs window 61% (kvm-01)``."""
+    return (
+        f"ahead of time: forecast {a.forecast:.0f}% at {a.start:%H:%M}-{a.end:%H:%M} UTC vs "
+        f"window {a.window:.0f}% ({a.host})"
+    )
 
 
 def _wrapped(text: str, indent: str) -> list[str]:
@@ -168,7 +186,16 @@ def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
             f"{_pct(h.memory_before)} -> {_pct(h.memory_after)}"
         )
         vms = f"vms {h.vms_before} -> {h.vms_after}"
-        now = "" if h.cpu_now is None else f"  (cpu now {h.cpu_now:.0f}%)"
+        figures = [
+            f"{what} {value:.0f}%"
+            for what, value in (
+                ("cpu now", h.cpu_now),
+                ("window", h.cpu_window),
+                ("forecast", h.cpu_forecast),
+            )
+            if value is not None
+        ]
+        now = f"  ({', '.join(figures)})" if figures else ""
         unknown = "" if h.load_known else "  load unknown: no balance move"
         lines.append(f"{head}  {cpu}  {mem}  {vms}{now}{unknown}")
     return lines
@@ -220,6 +247,14 @@ def _forecast_texts(f: ForecastView) -> list[str]:
         named = [f"{vm}: {why}" for vm, why in list(f.ignored.items())[:20]]
         more = "; ..." if len(f.ignored) > 20 else ""
         out.append(f"forecast not used, the window's mean stands: {'; '.join(named)}{more}")
+    if f.error is not None and f.window_error is not None:
+        worst = sorted(f.errors.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        largest = ", ".join(f"{vm} {e:.3g}" for vm, e in worst)
+        out.append(
+            f"forecast error over the last day: {f.error:.3g} cores per VM on average "
+            f"(the window's mean held: {f.window_error:.3g}) over {len(f.errors)} VM(s); "
+            f"largest: {largest}"
+        )
     return out
 
 
@@ -308,6 +343,7 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
             )
 
     cols = _Columns([*plan.moves, *plan.deferred])
+    ahead = {(a.vm, a.source, a.target): a for a in plan.load.ahead} if plan.load else None
     out.append("")
     if plan.moves:
         out.append(
@@ -316,14 +352,14 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
         )
         for wave, moves in _waves(plan.moves):
             out.append(f"{INDENT}wave {wave}")
-            out.extend(_move_lines(moves, cols, INDENT * 2))
+            out.extend(_move_lines(moves, cols, INDENT * 2, ahead))
     else:
         out.append("Moves: none")
 
     if plan.deferred:
         out.append("")
         out.append(f"Deferred to later rounds by the batch limit ({len(plan.deferred)}):")
-        out.extend(_move_lines(plan.deferred, cols, INDENT * 2))
+        out.extend(_move_lines(plan.deferred, cols, INDENT * 2, ahead))
 
     if updates:
         out.append("")
