@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.cli.common import EXIT_ERROR, EXIT_OK, LAB_DIR, Subparsers
 from reconciler.errors import ConfigError
+from reconciler.model.quantity import format_duration
 
 if TYPE_CHECKING:
     from reconciler.adapters.lab import Lab
+    from reconciler.adapters.lab.workload import Schedule
 
 
 def _percent(text: str) -> int:
@@ -44,6 +47,21 @@ def _spike(text: str) -> dict[str, int | str]:
     if on > every:
         raise argparse.ArgumentTypeError(f"{text!r}: FOR is longer than EVERY")
     return {"pattern": "spike", "peak": _percent(parts[0].strip()), "on": on, "every": every}
+
+
+def _cycles(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cycles, 1 or more")
+    return int(text)
+
+
+def _schedule(text: str) -> Schedule:
+    from reconciler.adapters.lab.workload import parse_schedule
+
+    try:
+        return parse_schedule(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(f"{err.message}; {err.hint}") from None
 
 
 def _ramp(text: str) -> dict[str, int | str]:
@@ -121,6 +139,20 @@ def register(sub: Subparsers) -> None:
     pattern.add_argument(
         "--steady", action="store_true", help="no spike or ramp: --cpu (or its current) always"
     )
+    pattern.add_argument(
+        "--schedule",
+        type=_schedule,
+        metavar="OFFSET:CPU,...",
+        help="follow a cycle that repeats, a day compressed into minutes: the CPU%% at each "
+        'offset, a straight line between them, e.g. "0m:10,5m:80,10m:10"; stays in the '
+        "foreground telling the guest each part as it begins, until Ctrl-C or --cycles",
+    )
+    load.add_argument(
+        "--cycles",
+        type=_cycles,
+        metavar="N",
+        help="with --schedule: stop after N cycles (default: until interrupted)",
+    )
     guest = actions.add_parser(
         "guest",
         help="build the workload guests' kernel and initrd into the cache (once)",
@@ -163,6 +195,8 @@ def _run_lab(args: argparse.Namespace) -> int:
         pattern = args.spike or args.ramp or ({"pattern": "steady"} if args.steady else {})
         sizes = {"cpu": args.cpu, "dirty": args.dirty, "wss": args.wss}
         changes = {key: value for key, value in sizes.items() if value is not None}
+        if args.schedule is not None:
+            return _follow(args.dir, args.vm, args.schedule, changes, args.cycles)
         return _load(args.dir, args.vm, changes | pattern)
     if args.lab_action == "guest":
         image = libvirt_lab.ensure_guest(
@@ -235,6 +269,33 @@ def _status(directory: Path, form: str) -> int:
     if status.prometheus:
         print(f"Prometheus: {status.prometheus}")
     return code
+
+
+def _follow(
+    directory: Path,
+    vm: str,
+    schedule: Schedule,
+    changes: dict[str, int | str],
+    cycles: int | None,
+) -> int:
+    """Tell ``vm`` each part of ``schedule`` as it begins, printing what it answered."""
+    import time
+
+    from reconciler.adapters import lab as libvirt_lab
+    from reconciler.adapters.lab.workload import follow
+
+    began = time.monotonic()
+
+    def tell(settings: dict[str, int | str]) -> None:
+        answer = libvirt_lab.set_load(directory, vm, changes | settings)
+        at = time.monotonic() - began
+        print(f"{at:7.0f}s {answer.vm} on {answer.host}: {answer.workload.describe()}", flush=True)
+
+    period = format_duration(timedelta(seconds=schedule.period))
+    until = f"{cycles} cycle(s)" if cycles else "Ctrl-C"
+    print(f"{vm} follows a {period} cycle of {len(schedule.points)} points until {until}")
+    follow(schedule, tell, clock=time.monotonic, sleep=time.sleep, cycles=cycles)
+    return EXIT_OK
 
 
 def _load(directory: Path, vm: str, changes: dict[str, int | str]) -> int:

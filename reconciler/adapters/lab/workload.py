@@ -19,6 +19,7 @@ lab's own, used by ``lab up --workload`` without a file.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -285,3 +286,108 @@ def read_workloads(path: Path | None, vms: list[LabVm]) -> dict[str, Workload]:
             )
         out[vm.name] = workload
     return out
+
+
+# --- a schedule that lab load follows ---------------------------------------------------------
+
+MAX_POINTS: Final = 100
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """CPU percentages at offsets into a cycle that repeats (``lab load --schedule``): a day
+    compressed into minutes. Between two points the CPU moves in a straight line from the one
+    to the next; the last point ends the cycle, which starts again from the first."""
+
+    points: tuple[tuple[int, int], ...]
+    """(seconds into the cycle, CPU percent), the first at 0, strictly later each."""
+
+    @property
+    def period(self) -> int:
+        return self.points[-1][0]
+
+    def segment(self, elapsed: float) -> tuple[int, int, int, int]:
+        """At ``elapsed`` seconds since the schedule began: (seconds into the cycle the
+        segment began, its CPU from, its CPU to, its seconds)."""
+        into = int(elapsed) % self.period
+        for (at, cpu), (end, to) in zip(self.points, self.points[1:], strict=False):
+            if at <= into < end:
+                return at, cpu, to, end - at
+        raise AssertionError("a cycle's offsets cover it")  # pragma: no cover
+
+    def settings(self, elapsed: float) -> dict[str, int | str]:
+        """What the guest is told at the start of the segment at ``elapsed``: a ramp from its
+        CPU to the next point's over the segment, or that CPU steadily where they are equal."""
+        _, cpu, to, seconds = self.segment(elapsed)
+        if cpu == to:
+            return {"cpu": cpu, "pattern": "steady"}
+        return {"cpu": cpu, "pattern": "ramp", "to": to, "over": seconds}
+
+    def next_change(self, elapsed: float) -> float:
+        """Seconds since the schedule began at which the segment after ``elapsed`` begins."""
+        cycle = int(elapsed) // self.period * self.period
+        at, _, _, seconds = self.segment(elapsed)
+        return float(cycle + at + seconds)
+
+
+SCHEDULE_HINT: Final = (
+    'points OFFSET:CPU in time order from 0, e.g. --schedule "0m:10,5m:80,10m:10": 10% '
+    "rising to 80% over 5 minutes, back to 10% over the next 5, repeated"
+)
+
+
+def parse_schedule(text: str) -> Schedule:
+    """``0m:10,5m:80,10m:10`` as a :class:`Schedule`; ConfigError saying which item is wrong."""
+    try:
+        return _schedule(text)
+    except ConfigError as err:
+        raise ConfigError(err.message, hint=SCHEDULE_HINT) from None
+
+
+def _schedule(text: str) -> Schedule:
+    where = "--schedule"
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not 2 <= len(items) <= MAX_POINTS:
+        raise _fail(where, f"{text!r} needs 2 to {MAX_POINTS} points OFFSET:CPU, comma-separated")
+    points: list[tuple[int, int]] = []
+    for n, item in enumerate(items, 1):
+        offset, sep, cpu = item.partition(":")
+        if not sep or not cpu.strip().isdigit():
+            raise _fail(where, f"point {n}, {item!r}, is not OFFSET:CPU (e.g. 5m:80)")
+        at = duration(offset.strip(), f"{where}: point {n}'s offset", low=0)
+        percent = _percent(int(cpu.strip()), f"{where}: point {n}'s CPU")
+        if n == 1 and at != 0:
+            raise _fail(where, f"the first point, {item!r}, must be at 0 (e.g. 0m:{percent})")
+        if points and at <= points[-1][0]:
+            raise _fail(where, f"point {n}, {item!r}, is not later than the point before it")
+        points.append((at, percent))
+    return Schedule(tuple(points))
+
+
+def follow(
+    schedule: Schedule,
+    tell: Callable[[dict[str, int | str]], None],
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    cycles: int | None = None,
+) -> int:
+    """Tell the guest each segment of ``schedule`` as it begins (``tell``), from its start now,
+    for ``cycles`` cycles (None: until interrupted); the segments told. A segment whose start
+    has passed while telling the one before (a slow answer) is told at once, from where the
+    schedule stands, never skipped over a whole cycle."""
+    began = clock()
+    told = 0
+    end = None if cycles is None else cycles * schedule.period
+    while True:
+        elapsed = clock() - began
+        if end is not None and elapsed >= end:
+            return told
+        tell(schedule.settings(elapsed))
+        told += 1
+        change = schedule.next_change(elapsed)
+        if end is not None:
+            change = min(change, float(end))
+        wait = change - (clock() - began)
+        if wait > 0:
+            sleep(wait)
