@@ -272,6 +272,24 @@ def panels() -> list[Panel]:
         ),
         panel(
             "timeseries",
+            "Power actions failed",
+            (8, 48, 8, 6),
+            [
+                (
+                    "sum by (host, action) "
+                    f"(increase(reconciler_power_failures_total{{{C}}}[$__rate_interval])) "
+                    "or on () vector(0)",
+                    "{{host}} {{action}}",
+                )
+            ],
+            description="Boots (on) and power-offs (off) power saving asked for that failed: "
+            "the BMC refused or did not answer, a boot longer than bootTimeout, a host that "
+            "never said off (0 while none failed). The alerts ReconcilerPowerOnFailed and "
+            "ReconcilerPowerOffFailed fire on them.",
+            custom={"drawStyle": "bars", "fillOpacity": 80},
+        ),
+        panel(
+            "timeseries",
             "Load unknown over the window",
             (16, 40, 8, 8),
             [(f"max by (kind) (reconciler_load_unknown{{{C}}} {ACTIVE})", "{{kind}}")],

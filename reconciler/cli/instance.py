@@ -120,6 +120,8 @@ class Instance:
         self.last = None
         with self.path.ports(desired, hold=self.keeper) as ports:
             ports.recovery = self.recover
+            if ports.power is not None:  # a failed boot or power-off counts for the alert
+                ports.power.ports.on_failure = self.metrics.record_power_failure
             if ports.rollouts is not None:  # a rollout reads it again before each step
                 ports.rollouts.desired = self.desired_now
             report = self.path.round(

@@ -112,6 +112,14 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.power_failures = Counter(
+            "reconciler_power_failures_total",
+            "Power actions on a host that failed (docs/power.md), by action: on (the BMC "
+            "refused or did not answer, or the boot took longer than bootTimeout), off (the BMC "
+            "refused or did not say off).",
+            ["cluster", "host", "action"],
+            registry=r,
+        )
         self.load_unknown = Gauge(
             "reconciler_load_unknown",
             "Running VMs (kind=vm) and hosts (kind=host) whose load over the window is unknown "
@@ -211,6 +219,9 @@ class Metrics:
 
     def record_fence(self, host: str, result: str) -> None:
         self.fences.labels(self.cluster, host, result).inc()
+
+    def record_power_failure(self, host: str, action: str) -> None:
+        self.power_failures.labels(self.cluster, host, action).inc()
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(self.cluster).set(1 if leader else 0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -69,6 +69,8 @@ class PowerPorts:
     recovery: RecoveryStore | None = None
     """Recovery's state (read only): the dead hosts and the VMs it remembers of them, whose
     room a standby host may have to bring back."""
+    on_failure: Callable[[str, str], None] | None = None
+    """Told of each failed power action: (host, ``on`` or ``off``), for the metrics."""
 
 
 @dataclass
@@ -176,6 +178,10 @@ class PowerSaving:
 
     # -- one host ----------------------------------------------------------------------------
 
+    def _failed(self, host: str, action: PowerAction) -> None:
+        if self.ports.on_failure is not None:
+            self.ports.on_failure(host, action.value)
+
     def _with_intent(self, book: PowerBook, host: str, action: PowerAction, why: str) -> PowerBook:
         intent = PowerIntent(host=host, action=action, started_at=self.ports.clock.now(), why=why)
         book = book.model_copy(update={"intents": {**book.intents, host: intent}})
@@ -221,6 +227,7 @@ class PowerSaving:
         if not off:
             log.error("power: %s could not be powered off (%s); it stays in service", name, why)
             report.failed[name] = why
+            self._failed(name, PowerAction.OFF)
             return self._done(book, name, failed={**book.failed, name: why})
         log.warning("power: %s powered off (%s)", name, why)
         report.powered_off.append(name)
@@ -240,6 +247,7 @@ class PowerSaving:
         except ReconcilerError as err:
             log.error("power: %s could not be powered on: %s", name, err)
             report.failed[name] = err.message
+            self._failed(name, PowerAction.ON)
             booting = {h: t for h, t in book.booting.items() if h != name}
             standby = {**book.standby, name: StandbyHost(since=now, why=err.message)}
             return self._done(book, name, booting=booting, standby=standby,
@@ -249,16 +257,20 @@ class PowerSaving:
         return self._done(book, name, booting={**book.booting, name: now})
 
     def _until(self, name: str, host: Host, state: PowerState) -> bool:
-        """Read the BMC until it says ``state``, within the host's boot timeout."""
+        """Read the BMC until it says ``state``, within the host's boot timeout (as the
+        clock runs, and as the waits between readings add up: a wait cut short counts whole)."""
         assert host.power is not None
-        deadline = time.monotonic() + host.power.boot_timeout.total_seconds()
+        limit = host.power.boot_timeout.total_seconds()
+        deadline = time.monotonic() + limit
+        waited = 0.0
         while True:
             said = self.ports.switch.power_state(name, host.power)
             if said.state is state:
                 return True
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or waited >= limit:
                 return False
             self.ports.sleep(OFF_POLL_SECONDS)  # type: ignore[operator]
+            waited += OFF_POLL_SECONDS
 
     def _booted(
         self, book: PowerBook, desired: DesiredState, now: datetime, report: PowerReport
@@ -283,6 +295,7 @@ class PowerSaving:
                 why = f"did not come up within bootTimeout ({answer.why})"
                 log.error("power: %s %s; the next standby host is tried", name, why)
                 report.failed[name] = why
+                self._failed(name, PowerAction.ON)
                 failed[name] = why
                 del booting[name]
                 standby[name] = StandbyHost(since=now, why=f"boot failed: {why}")
