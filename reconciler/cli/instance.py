@@ -187,7 +187,7 @@ class Instance:
     def propose(self) -> None:
         """Keep the proposal of the round's own plan current: one observation and one plan
         per round."""
-        from reconciler.cli.propose import propose_plan
+        from reconciler.cli.propose import power_proposed, propose_plan
 
         report, source, url = self.last, self.repo, self.repo_url
         if report is None or report.plan is None or source is None or url is None:
@@ -205,6 +205,11 @@ class Instance:
             folder=checkout.folder,
             desired=self.loaded.desired,
             plan=report.plan,
+            power=power_proposed(
+                self.loaded.desired, report.snapshot, self.path.state_dir, self.clock.now()
+            )
+            if report.snapshot is not None
+            else None,
         )
         log.info("proposal: %s", line)
 

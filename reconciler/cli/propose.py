@@ -29,12 +29,16 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.desired import open_source
 from reconciler.core import planner
+from reconciler.core.power import PowerNext, power_next
 from reconciler.engine import propose as proposing
 from reconciler.engine.ports import StateRepo
+from reconciler.engine.power import facts_of
 from reconciler.model.audit import short_id
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Plan
-from reconciler.report import plan_markdown, plan_patch
+from reconciler.model.power import PowerBook, PowerMode
+from reconciler.model.snapshot import Snapshot
+from reconciler.report import plan_markdown, plan_patch, power_markdown
 
 TOKEN_ENV = FORGE_TOKEN_ENV
 
@@ -130,14 +134,29 @@ def propose_plan(
     folder: Path,
     desired: DesiredState,
     plan: Plan,
+    power: PowerNext | None = None,
 ) -> tuple[int, str]:
-    """Keep the proposal of ``plan`` current on the forge of ``forge_request`` (the project
-    from ``url`` when not named): (exit code, one line saying what happened)."""
+    """Keep the proposal of ``plan`` (and of ``power``, the power plan of ``mode: propose``,
+    when it has steps) current on the forge of ``forge_request`` (the project from ``url``
+    when not named): (exit code, one line saying what happened)."""
     cluster = desired.cluster.metadata.name
     plan = plan.model_copy(update={"desired_revision": source})
     path = placement_file(folder)
     forge = open_forge_of(forge_request, url)
     limit = forge.body_limit if forge is not None else 65_536
+    moves = len(plan.moves) + len(plan.deferred)
+    title = f"Placement of cluster {cluster}: {moves} move(s)"
+    message = proposing.commit_message(cluster, plan, desired.placement)
+    section, key = "", None
+    if power is not None and power_markdown.has_plan(power):
+        section = power_markdown.power_section(power, facts_of(desired))
+        key = power_markdown.power_key(power)
+        steps = power_markdown.commit_lines(power)
+        title += f", power: {len(steps)} step(s)"
+        message += "\n\nPower saving (mode: propose), what it would do:\n" + "\n".join(steps)
+    body = plan_markdown.pr_body(
+        plan, desired.placement, source=source, limit=limit - len(section) - 2
+    )
     proposal = proposing.Proposal(
         cluster=cluster,
         base=base,
@@ -145,9 +164,10 @@ def propose_plan(
         plan_id=plan.plan_id,
         placement_path=str(path.relative_to(root)),
         placement_text=edited_placement(desired, plan, path),
-        title=f"Placement of cluster {cluster}: {len(plan.moves) + len(plan.deferred)} move(s)",
-        body=plan_markdown.pr_body(plan, desired.placement, source=source, limit=limit),
-        message=proposing.commit_message(cluster, plan, desired.placement),
+        title=title,
+        body=body + ("\n" + section + "\n" if section else ""),
+        message=message,
+        power_key=key,
     )
     try:
         result = proposing.propose(repo, forge, proposal)
@@ -191,6 +211,7 @@ def propose(request: ProposeRequest) -> int:
     history, _ = history_for(cluster, history=None, state_dir=request.state_dir)
     now = request.now or datetime.now(UTC)
     plan = planner.plan(desired, snapshot, history, now=now)
+    power = power_proposed(desired, snapshot, request.state_dir, now)
     code, line = propose_plan(
         request.forge,
         url=request.source.url,
@@ -201,6 +222,21 @@ def propose(request: ProposeRequest) -> int:
         folder=checkout.folder,
         desired=desired,
         plan=plan,
+        power=power,
     )
     print(line)
     return code
+
+
+def power_proposed(
+    desired: DesiredState, snapshot: Snapshot, state_dir: Path | None, now: datetime
+) -> PowerNext | None:
+    """What power saving in ``mode: propose`` would do now, from the book ``run`` keeps in
+    the state directory (its streaks; read, never written); None in another mode."""
+    if desired.policy.spec.power.mode is not PowerMode.PROPOSE:
+        return None
+    from reconciler.adapters.files.power import FilePowerStore
+
+    book = FilePowerStore(desired.cluster.metadata.name, state_dir).load()
+    book = book or PowerBook(cluster=desired.cluster.metadata.name)
+    return power_next(desired, snapshot, book, now, facts=facts_of(desired))

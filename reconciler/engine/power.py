@@ -85,6 +85,18 @@ class PowerReport:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+def facts_of(desired: DesiredState) -> dict[str, HostFacts]:
+    """What the power decision knows of each host from cluster.yaml: whether it can be
+    switched, and its idle draw where given."""
+    return {
+        h.name: HostFacts(
+            idle_watts=h.power.idle_watts if h.power is not None else None,
+            switchable=h.power is not None,
+        )
+        for h in desired.cluster.spec.hosts
+    }
+
+
 class PowerSaving:
     """The power book of one cluster across the rounds of one instance."""
 
@@ -121,7 +133,7 @@ class PowerSaving:
         book = self._resolved(self.book(), desired)
         book = self._booted(book, desired, now, report)
         hosts = {h.name: h for h in desired.cluster.spec.hosts}
-        facts = {name: HostFacts(switchable=h.power is not None) for name, h in hosts.items()}
+        facts = facts_of(desired)
         asleep = {*book.standby, *book.booting}
         state = self.ports.recovery.load() if self.ports.recovery is not None else None
         down, lost = lost_vms(state, snapshot, asleep)

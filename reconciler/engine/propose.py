@@ -22,6 +22,8 @@ from reconciler.model.placement import Placement
 from reconciler.model.plan import Move, Plan
 
 PLAN_TRAILER = "Reconciler-Plan"
+POWER_TRAILER = "Reconciler-Power"
+"""The key of the power plan a proposal shows (mode: propose), when it shows one."""
 SOURCE_TRAILER = "Reconciler-Source"
 BLOCKED_MARKER = "<!-- reconciler-blocked -->"
 
@@ -58,6 +60,9 @@ class Proposal:
     title: str
     body: str
     message: str
+    power_key: str | None = None
+    """The power plan the proposal shows (None: none). A proposal with a power plan and no
+    placement change is written too: one commit that changes no file, for review."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,7 @@ def propose(repo: StateRepo, forge: Forge | None, p: Proposal) -> ProposeResult:
                 )
                 forge.update(pr.number, title=pr.title, body=pr.body + "\n" + BLOCKED_MARKER)
             return ProposeResult(Outcome.BLOCKED, branch, pr, head, detail)
-    if p.placement_text is None:
+    if p.placement_text is None and p.power_key is None:
         if forge is not None and pr is not None:
             forge.comment(
                 pr.number,
@@ -146,14 +151,15 @@ def propose(repo: StateRepo, forge: Forge | None, p: Proposal) -> ProposeResult:
         if head is not None:
             repo.push(branch, None, expected=head)
         return ProposeResult(Outcome.NOTHING, branch, pr, None, "nothing to propose")
-    current = head is not None and _plan_of(repo, p.source, head) == p.plan_id
+    current = head is not None and _plan_of(repo, p.source, head) == (p.plan_id, p.power_key)
     commit = head
     if not current:
+        trailers = {PLAN_TRAILER: p.plan_id, SOURCE_TRAILER: p.source}
+        if p.power_key is not None:
+            trailers[POWER_TRAILER] = p.power_key
+        files = {} if p.placement_text is None else {p.placement_path: p.placement_text}
         commit = repo.commit_files(
-            parent=p.source,
-            files={p.placement_path: p.placement_text},
-            message=p.message,
-            trailers={PLAN_TRAILER: p.plan_id, SOURCE_TRAILER: p.source},
+            parent=p.source, files=files, message=p.message, trailers=trailers
         )
         repo.push(branch, commit, expected=head)
     if forge is None:
@@ -167,9 +173,10 @@ def propose(repo: StateRepo, forge: Forge | None, p: Proposal) -> ProposeResult:
     return ProposeResult(Outcome.UPDATED, branch, pr, commit)
 
 
-def _plan_of(repo: StateRepo, source: str, head: str) -> str | None:
-    """The plan id on the branch, when it is one commit of ours on ``source``."""
+def _plan_of(repo: StateRepo, source: str, head: str) -> tuple[str | None, str | None] | None:
+    """The plan id and power key on the branch, when it is one commit of ours on
+    ``source``."""
     commits = repo.commits(f"{source}..{head}")
     if len(commits) != 1:
         return None  # the base moved on: rebuild the commit on the new base
-    return commits[0].trailer(PLAN_TRAILER)
+    return commits[0].trailer(PLAN_TRAILER), commits[0].trailer(POWER_TRAILER)

@@ -183,6 +183,16 @@ class HostPower(Frozen):
         json_schema_extra={"default": "30s"},
         description="The longest one call to the BMC (or one command) may take.",
     )
+    idle_watts: float | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        allow_inf_nan=False,
+        alias="idleWatts",
+        description="What the host draws idle, watts (its power curve's first point): the least "
+        "efficient hosts (watts per CPU) are emptied first, and a proposal says the energy a "
+        "power-off saves per day.",
+    )
     boot_timeout: BootTimeout = Field(
         default=timedelta(minutes=10),
         alias="bootTimeout",
