@@ -23,7 +23,9 @@ published tables. Each round (CloudSim's ``optimizeAllocation``):
    and already considered hosts excluded, or none do. A VM planned in step 2 and moved again
    here makes CloudSim start two migrations (both counted), the second of which decides where
    it lands: here it is one move, to where it lands, and :attr:`ThrMmt.doubled` counts the
-   other.
+   other. A host whose VMs ask more than its MIPS has them scaled down to fit, each floored
+   to whole MIPS, so it is a little under 100% and a candidate too, the last, when the rule
+   does not find it overloaded (never at a static threshold; LR-MMT's regression may not).
 
 The load a round decides on is the one CloudSim reads at its update: the step about to run
 (see ``benchmarks/README.md``), 0.1 s into it (``lag``), interpolated towards the next step as
@@ -259,13 +261,18 @@ class ThrMmt:
         pe = np.array([k.speed for k in world.kinds], dtype=np.float64)
         curves = np.array([k.power.curve() for k in world.kinds], dtype=np.float64)
         judge = self.judge(demand, lists, capacity, seconds)
-        # What each host's scheduler allocates (capped at a CPU's MIPS per VM, scaled down
-        # when oversubscribed).
+        # What each host's scheduler allocates: each VM's request capped at a CPU's MIPS; on
+        # an oversubscribed (crowded) host, every VM scaled down to fit and floored to whole
+        # MIPS (VmSchedulerTimeSharedOverSubscription), so that such a host is a little under
+        # 100% and has no MIPS free.
         allocated = np.zeros(hosts)
         for h, vms in enumerate(lists):
             for vm in vms:
                 allocated[h] += min(demand[vm], pe[h])
-        allocated = np.minimum(allocated, capacity)
+        crowded = allocated > capacity
+        for h in (int(h) for h in np.flatnonzero(crowded)):
+            scale = capacity[h] / allocated[h]
+            allocated[h] = sum(math.floor(min(demand[vm], pe[h]) * scale) for vm in lists[h])
         utilisation = allocated / capacity  # at the round's update
         drawn = power(curves, utilisation)  # host.getPower() while the round plans
         over = judge.over()
@@ -276,7 +283,7 @@ class ThrMmt:
             fits = (
                 ~excluded
                 & (pe >= r)
-                & (capacity - allocated >= r)
+                & np.where(crowded, r <= 0, capacity - allocated >= r)
                 & ((allocated == 0) | ~judge.over_with(vm))
             )
             if not fits.any():
