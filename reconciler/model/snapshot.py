@@ -284,3 +284,8 @@ class Snapshot(Frozen):
         description="What the VMs' CPU figures were made of (a window, or a short sample); "
         "None: the observation's own sample, as observed.",
     )
+    power_saving: dict[str, str] = Field(
+        default_factory=dict,
+        description="Host -> what power saving keeps it as (standby, booting, being emptied), "
+        "since when and why, from the power book (observe; docs/power.md). Empty: none.",
+    )
