@@ -36,7 +36,7 @@ system-packages:
 $(VENV)/.installed: pyproject.toml | system-packages
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,libvirt]'
+	$(PY) -m pip install -q -e '.[dev,libvirt,lab]'
 	touch $@
 
 # Setup also makes the workload guests' kernel and initrd (`lab up --workload`) once, into the

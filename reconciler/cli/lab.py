@@ -105,6 +105,21 @@ def register(sub: Subparsers) -> None:
         help="also run a prometheus-libvirt-exporter per host and a Prometheus scraping them "
         "every 5s, on loopback ports (`lab status` shows its URL)",
     )
+    up.add_argument(
+        "--bmc",
+        action="store_true",
+        help="also give every host a Redfish BMC on a loopback port (sushy-tools' emulator): "
+        "powering a host off ends its VMs and libvirt daemon, powering it on starts it again; "
+        "the cluster folder names them, their user and password are in <dir>/bmc.env",
+    )
+    up.add_argument(
+        "--boot-delay",
+        type=lambda text: _seconds(text, "--boot-delay", low=0),
+        default=5,
+        metavar="SECONDS",
+        help="with --bmc: how long a host takes from power-on to its daemon answering "
+        "(default 5s)",
+    )
     status = actions.add_parser("status", help="list the lab's hosts and VMs")
     status.add_argument(
         "--format",
@@ -162,8 +177,30 @@ def register(sub: Subparsers) -> None:
         "does the same where they are missing.",
     )
     guest.add_argument("--rebuild", action="store_true", help="fetch and build them again")
+    bmc = actions.add_parser(
+        "bmc",
+        help="show or change what a host's BMC does (lab up --bmc)",
+        description="Set a lab host's BMC's boot delay, shutdown delay or fault from its next "
+        "request on: refuse (resets answer an error), hang (requests never answer), lie "
+        "(resets do nothing, the power state read is the one asked for), none. Without "
+        "options it says how the BMC is set.",
+    )
+    bmc.add_argument("host", metavar="HOST", help="the lab host, e.g. kvm-02")
+    bmc.add_argument("--fault", choices=("none", "refuse", "hang", "lie"), help="a fault to play")
+    bmc.add_argument(
+        "--boot-delay",
+        type=lambda text: _seconds(text, "--boot-delay", low=0),
+        metavar="SECONDS",
+        help="from power-on to the host's daemon answering",
+    )
+    bmc.add_argument(
+        "--shutdown-delay",
+        type=lambda text: _seconds(text, "--shutdown-delay", low=0),
+        metavar="SECONDS",
+        help="from a graceful shutdown to the host being off",
+    )
     down = actions.add_parser("down", help="stop what `lab up` started and remove its folder")
-    for action in (up, status, load, down):
+    for action in (up, status, load, bmc, down):
         action.add_argument(
             "--dir", type=Path, default=LAB_DIR, help="the lab's folder (default .lab)"
         )
@@ -185,6 +222,8 @@ def _run_lab(args: argparse.Namespace) -> int:
             workload=workload,
             workload_file=Path(args.workload) if args.workload else None,
             metrics=args.metrics,
+            bmc=args.bmc,
+            boot_seconds=args.boot_delay,
             say=lambda text: print(f"{text} ...", flush=True),
         )
         _print_up(lab)
@@ -198,6 +237,18 @@ def _run_lab(args: argparse.Namespace) -> int:
         if args.schedule is not None:
             return _follow(args.dir, args.vm, args.schedule, changes, args.cycles)
         return _load(args.dir, args.vm, changes | pattern)
+    if args.lab_action == "bmc":
+        from reconciler.adapters.lab.bmc import set_bmc
+
+        now = set_bmc(
+            args.dir,
+            args.host,
+            fault=args.fault,
+            boot_seconds=args.boot_delay,
+            shutdown_seconds=args.shutdown_delay,
+        )
+        print(f"BMC of {args.host}: " + ", ".join(f"{k} {v}" for k, v in now.items()))
+        return EXIT_OK
     if args.lab_action == "guest":
         image = libvirt_lab.ensure_guest(
             rebuild=args.rebuild, say=lambda text: print(f"{text} ...", flush=True)
@@ -233,7 +284,8 @@ def _print_up(lab: Lab) -> None:
                 f"kernel of {lab.kernel_package}"
             )
     for host in lab.hosts:
-        print(f"  {host.name}  {host.uri}")
+        bmc_note = f"  BMC http://127.0.0.1:{host.bmc_port}" if host.bmc_port else ""
+        print(f"  {host.name}  {host.uri}{bmc_note}")
         for vm in lab.vms:
             if vm.host != host.name:
                 continue
@@ -243,6 +295,8 @@ def _print_up(lab: Lab) -> None:
     url = libvirt_lab.prometheus_url(lab)
     if url:
         print(f"Prometheus: {url}  (every host's exporter, scraped every 5s, label host)")
+    if any(h.bmc_port for h in lab.hosts):
+        print(f"BMC user and password: set -a; . {Path(lab.dir) / 'bmc.env'}; set +a")
     print(f"cluster folder: {lab.cluster_dir}")
     print(f"next: reconciler observe {lab.cluster_dir}")
     if lab.workload:
@@ -262,6 +316,7 @@ def _status(directory: Path, form: str) -> int:
         state = "up" if h.up else "down"
         extra = f"  pid {h.pid}" if h.pid else ""
         extra += f"  ({h.error})" if h.error else ""
+        extra += f"  BMC {h.bmc}" if h.bmc else ""
         print(f"  {h.name}  {state:<4}  {h.uri}{extra}")
     for vm in status.vms:
         what = f"  {vm.workload}" if vm.workload else ""

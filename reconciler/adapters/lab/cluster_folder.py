@@ -133,6 +133,16 @@ def cluster_yaml(lab: Lab) -> str:
             "      address: 127.0.0.1",
             f"      labels: {{{flow}}}",
         ]
+        if host.bmc_port:
+            # the lab's BMC (lab up --bmc); its user and password are in <dir>/bmc.env
+            lines += [
+                "      power:",
+                "        driver: redfish",
+                f"        address: http://127.0.0.1:{host.bmc_port}",
+                "        credentials: {passEnv: [LAB_BMC_USER, LAB_BMC_PASSWORD]}",
+                "        bootTimeout: 2m",
+                "        timeout: 10s",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reconciler.adapters.lab import processes, qemu
+from reconciler.adapters.lab.bmc import bmc_url, check_bmc_requirements, start_bmcs, stop_bmcs
 from reconciler.adapters.lab.cluster_folder import write_cluster_state
 from reconciler.adapters.lab.guest_boot import GuestBoot
 from reconciler.adapters.lab.guest_image import ensure_guest
@@ -49,6 +50,8 @@ def start_lab(
     workload: bool = False,
     workload_file: Path | None = None,
     metrics: bool = False,
+    bmc: bool = False,
+    boot_seconds: float = 5.0,
     say: Callable[[str], None] = lambda _: None,
 ) -> Lab:
     """Start a lab of ``hosts`` hosts and ``vms`` VMs in ``directory`` and write its folder.
@@ -57,6 +60,8 @@ def start_lab(
     ``workload_file`` declares (the lab's own ``assets/workload.yaml`` when None); their kernel
     and initrd are built first where the cache lacks them (``guest_image``), which ``say``
     tells of. With ``metrics`` an exporter per host and a Prometheus scraping them run too.
+    With ``bmc`` every host gets a Redfish BMC (``bmc``) whose power-on takes
+    ``boot_seconds``; the cluster folder then gives each host its ``power`` section.
     When a lab already runs there it is left alone (``Lab.already_up``), unless ``recreate``
     stops it first. ``LabError`` says what is missing on this machine and how to fix it;
     ``ConfigError`` what is wrong in the workload file.
@@ -92,6 +97,13 @@ def start_lab(
         image = ensure_guest(say=say)
         boot = GuestBoot(image.kernel, image.initrd, image.kernel_package, workloads)
     binaries = check_metrics_requirements() if metrics else {}
+    if bmc:
+        if driver != "qemu":
+            raise LabError(
+                "lab BMCs switch real daemons: the test driver has none",
+                hint="drop --driver test, or --bmc",
+            )
+        check_bmc_requirements()
     if driver == "test":
         lab = start_test_lab(directory, hosts, layout)
     else:
@@ -100,6 +112,14 @@ def start_lab(
         write_state(lab)  # so that `lab down` finds what to stop if the metrics fail
         try:
             lab = start_metrics(lab, binaries)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stop_lab(directory)
+            raise
+    if bmc:
+        write_state(lab)  # so that `lab down` finds what to stop if a BMC fails
+        try:
+            lab = start_bmcs(lab, qemu.check_requirements()["setsid"], boot_seconds=boot_seconds)
         except BaseException:
             with contextlib.suppress(Exception):
                 stop_lab(directory)
@@ -125,6 +145,7 @@ def stop_lab(directory: Path = DEFAULT_DIR) -> Lab:
     directory = directory.resolve()
     lab = require_lab(directory)
     stop_metrics(lab)
+    stop_bmcs(lab)  # first: a BMC would boot a host being stopped
     if lab.driver == "qemu":
         processes.parallel(lab.hosts, qemu.stop_host)
     shutil.rmtree(directory)
@@ -158,7 +179,15 @@ def lab_status(directory: Path = DEFAULT_DIR) -> LabStatus:
             except LabError as err:
                 up, error = False, err.message
         hosts.append(
-            HostStatus(host.name, host.uri, up, pid if up else None, error, exporter_url(host))
+            HostStatus(
+                host.name,
+                host.uri,
+                up,
+                pid if up else None,
+                error,
+                exporter_url(host),
+                bmc_url(host),
+            )
         )
     vms = [
         replace(vm, workload=from_json(lab.workloads[vm.name]).describe())

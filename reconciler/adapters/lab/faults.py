@@ -4,7 +4,9 @@
 its VMs keep running, as QEMUs do when a real libvirtd crashes. ``freeze_host`` stops the
 daemon with SIGSTOP: it still accepts connections but answers nothing (a hung host) until
 ``thaw_host``. ``start_host`` starts a killed daemon again, which finds its running VMs.
-``stop_lab`` cleans up after any of them, a frozen host included.
+``power_off_host`` powers a host off as its BMC does (``lab up --bmc``): its VMs end, then
+its daemon; the definitions stay for ``start_host``. ``stop_lab`` cleans up after any of them,
+a frozen host included.
 """
 
 from __future__ import annotations
@@ -113,3 +115,11 @@ def start_host(directory: Path, name: str) -> bool:
     finally:
         conn.close()
     return True
+
+
+def power_off_host(directory: Path, name: str) -> None:
+    """Power host ``name`` off: every QEMU of it ends (a VM still on it is lost, as on a
+    machine without power), then its daemon and supervisor; its definitions stay, and
+    ``start_host`` boots it again. Nothing when it is off already."""
+    host = _qemu_host(directory, name)
+    qemu.stop_host(host, keep_domains=True)

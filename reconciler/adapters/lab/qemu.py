@@ -364,14 +364,16 @@ def clear_run_state(host: LabHost) -> None:
     run.mkdir()
 
 
-def stop_host(host: LabHost) -> None:
-    """Stop the host's domains, daemon, QEMUs and supervisors, a frozen daemon included."""
+def stop_host(host: LabHost, *, keep_domains: bool = False) -> None:
+    """Stop the host's domains, daemon, QEMUs and supervisors, a frozen daemon included;
+    with ``keep_domains`` the definitions stay (a host powered off, not removed)."""
     hdir = Path(host.path)
     daemon = daemon_pid(host)
     if daemon is not None:
         processes.send(daemon, signal.SIGCONT)  # a frozen daemon would hang the calls below
-        with contextlib.suppress(LabError):
-            _remove_domains(host.uri)
+        if not keep_domains:
+            with contextlib.suppress(LabError):
+                _remove_domains(host.uri)
         processes.terminate(daemon, str(hdir))
     # run/qemu: the VMs; lib/qemu/qmp-*: a capabilities probe, left running by a daemon killed
     # while it probed (it runs daemonized, so the daemon's end does not end it)

@@ -50,6 +50,8 @@ class LabHost:
     rack: str = "r1"
     exporter_port: int = 0
     """The loopback port of the host's libvirt exporter (``lab up --metrics``); 0 without."""
+    bmc_port: int = 0
+    """The loopback port of the host's Redfish BMC (``lab up --bmc``); 0 without."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class HostStatus:
     error: str | None = None
     exporter: str | None = None
     """The URL of the host's libvirt exporter (``lab up --metrics``)."""
+    bmc: str | None = None
+    """The URL of the host's Redfish BMC (``lab up --bmc``)."""
 
 
 @dataclass(frozen=True)
