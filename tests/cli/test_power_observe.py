@@ -63,7 +63,7 @@ def test_a_host_asleep_on_purpose_is_shown_and_is_no_failure(
     assert as_json.code == 0, as_json.err
     snap = Snapshot.model_validate(json.loads(as_json.out))  # still a snapshot plan reads
     assert set(snap.power_saving) == {"node-1", "node-2"}
-    (asleep,) = [h for h in snap.hosts if h.name == "node-2"]
+    (asleep,) = (h for h in snap.hosts if h.name == "node-2")
     assert not asleep.reachable
     assert asleep.error is not None
     assert asleep.error.startswith("standby (power saving)")
