@@ -41,6 +41,10 @@ from reconciler.model.recovery import SavedVm
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 
 _OFF = frozenset({VmRunState.SHUTOFF, VmRunState.CRASHED})
+FAILED_OFF_BACKOFF = timedelta(hours=1)
+"""A host whose power-off failed (its BMC refused, hung or said off while libvirt still
+answered) is not chosen to empty again for this long: each attempt would move its VMs away
+and back for nothing."""
 
 
 @dataclass(frozen=True)
@@ -206,8 +210,10 @@ def power_next(
     if low_since is not None and now - low_since >= spec.power_off_after and calm:
         # a host is not emptied for a lull the forecast says is ending
         peak = demand if ahead is None else max(demand, ahead)
+        # a host whose power-off failed lately is not emptied again for nothing
+        failing = {h for h, at in book.failed_at.items() if now - at < FAILED_OFF_BACKOFF}
         chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, peak, memory, emptying,
-                                 standby, facts, held)  # fmt: skip
+                                 standby, facts, {*held, *failing})  # fmt: skip
     if chosen_empty or emptying:
         # only hosts whose every VM the planner can place elsewhere, with all the others out
         asleep = set(standby) | set(book.booting)

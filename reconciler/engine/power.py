@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 OFF_POLL_SECONDS = 2.0
 """How often the BMC is read while a host shuts down."""
+LIE_READINGS = 3
+"""Readings of libvirt after a BMC said off: a host whose libvirt still answers at the last
+one is not off, whatever its BMC says."""
 
 
 @dataclass
@@ -109,14 +112,16 @@ class PowerSaving:
         return self.ports.store.load() or PowerBook(cluster=self.cluster)
 
     def asleep(self) -> tuple[str, ...]:
-        """Hosts powered off or booting on purpose: they do not answer, and that is known."""
+        """Hosts powered off or booting on purpose, or being switched (an intent kept, as
+        after a crash in the middle of a switch): they may not answer, and that is known."""
         book = self.book()
-        return tuple(sorted({*book.standby, *book.booting}))
+        return tuple(sorted({*book.standby, *book.booting, *book.intents}))
 
     def out(self) -> tuple[str, ...]:
-        """Hosts a round's plan holds out: being emptied, asleep or booting."""
+        """Hosts a round's plan holds out: being emptied, asleep, booting or being switched
+        (a host shutting down is no target, even before a restart resolved its intent)."""
         book = self.book()
-        return tuple(sorted({*book.emptying, *book.standby, *book.booting}))
+        return tuple(sorted({*book.emptying, *book.standby, *book.booting, *book.intents}))
 
     def step(
         self,
@@ -130,7 +135,7 @@ class PowerSaving:
         may act (the policy's mode is apply and the cluster is held)."""
         report = PowerReport()
         now = self.ports.clock.now()
-        book = self._resolved(self.book(), desired)
+        book = self._resolved(self.book(), desired, report)
         book = self._booted(book, desired, now, report)
         hosts = {h.name: h for h in desired.cluster.spec.hosts}
         facts = facts_of(desired)
@@ -236,15 +241,40 @@ class PowerSaving:
             off = self._until(name, host, PowerState.OFF)
         except ReconcilerError as err:
             off, why = False, err.message
+        if off and (still := self._still_answers(name)) is not None:
+            off, why = False, f"its BMC says off but libvirt still answers ({still})"
         if not off:
             log.error("power: %s could not be powered off (%s); it stays in service", name, why)
             report.failed[name] = why
             self._failed(name, PowerAction.OFF)
-            return self._done(book, name, failed={**book.failed, name: why})
+            return self._done(
+                book,
+                name,
+                failed={**book.failed, name: why},
+                failed_at={**book.failed_at, name: now},
+            )
         log.warning("power: %s powered off (%s)", name, why)
         report.powered_off.append(name)
         entry = StandbyHost(since=now, why=why)
-        return self._done(book, name, standby={**book.standby, name: entry})
+        return self._done(
+            book,
+            name,
+            standby={**book.standby, name: entry},
+            failed={h: w for h, w in book.failed.items() if h != name},
+            failed_at={h: t for h, t in book.failed_at.items() if h != name},
+        )
+
+    def _still_answers(self, name: str) -> str | None:
+        """What libvirt on ``name`` still answers after its BMC said off (a BMC that lies, or
+        one that says off before the host is), read a few times ``OFF_POLL_SECONDS`` apart;
+        None once it does not answer."""
+        for attempt in range(LIE_READINGS):
+            answer = self.ports.answers.answers(name)
+            if answer.why is not None:
+                return None
+            if attempt + 1 < LIE_READINGS:
+                self.ports.sleep(OFF_POLL_SECONDS)  # type: ignore[operator]
+        return f"libvirt {answer.version}"
 
     def _power_on(
         self, book: PowerBook, host: Host, now: datetime, report: PowerReport, why: str
@@ -268,11 +298,12 @@ class PowerSaving:
         report.powered_on.append(name)
         return self._done(book, name, booting={**book.booting, name: now})
 
-    def _until(self, name: str, host: Host, state: PowerState) -> bool:
-        """Read the BMC until it says ``state``, within the host's boot timeout (as the
-        clock runs, and as the waits between readings add up: a wait cut short counts whole)."""
+    def _until(self, name: str, host: Host, state: PowerState, within: float | None = None) -> bool:
+        """Read the BMC until it says ``state``, within ``within`` seconds (the host's boot
+        timeout by default), as the clock runs and as the waits between readings add up (a
+        wait cut short counts whole)."""
         assert host.power is not None
-        limit = host.power.boot_timeout.total_seconds()
+        limit = host.power.boot_timeout.total_seconds() if within is None else within
         deadline = time.monotonic() + limit
         waited = 0.0
         while True:
@@ -313,7 +344,7 @@ class PowerSaving:
                 standby[name] = StandbyHost(since=now, why=f"boot failed: {why}")
         return book.model_copy(update={"booting": booting, "failed": failed, "standby": standby})
 
-    def _resolved(self, book: PowerBook, desired: DesiredState) -> PowerBook:
+    def _resolved(self, book: PowerBook, desired: DesiredState, report: PowerReport) -> PowerBook:
         """Intents a crash left, resolved from what the BMC says now."""
         if not book.intents:
             return book
@@ -324,18 +355,35 @@ class PowerSaving:
                 book = self._done(book, name)
                 continue
             said = self.ports.switch.power_state(name, host.power)
-            if intent.action is PowerAction.OFF and said.state is PowerState.OFF:
+            if intent.action is PowerAction.OFF and said.state is not PowerState.OFF:
+                # a shutdown may still be under way: waited for; else asked again, after a
+                # fresh look shows the host empty (``_power_off``)
+                log.warning(
+                    "power: the power-off of %s before a restart has not ended (the BMC says "
+                    "%s): carried on",
+                    name,
+                    said.state.value,
+                )
+                if self._until(name, host, PowerState.OFF, host.power.timeout.total_seconds()):
+                    entry = StandbyHost(since=intent.started_at, why=intent.why)
+                    book = self._done(book, name, standby={**book.standby, name: entry})
+                else:
+                    book = self._power_off(self._done(book, name), host, self.ports.clock.now(),
+                                           report)  # fmt: skip
+            elif intent.action is PowerAction.OFF:
                 entry = StandbyHost(since=intent.started_at, why=intent.why)
                 book = self._done(book, name, standby={**book.standby, name: entry})
-            elif intent.action is PowerAction.ON and said.state is PowerState.ON:
+            elif said.state is PowerState.ON:
                 book = self._done(book, name, booting={**book.booting, name: intent.started_at})
             else:
+                # the press was lost with the crash: pressed again, the boot watched from now
                 log.warning(
-                    "power: the %s of %s before a restart did not take effect (the BMC says " "%s)",
-                    intent.action.value,
+                    "power: the power-on of %s before a restart did not take effect (the BMC "
+                    "says %s): asked again",
                     name,
                     said.state.value,
                 )
                 book = self._done(book, name)
+                book = self._power_on(book, host, self.ports.clock.now(), report, intent.why)
             log.info("power: resolved the %s intent of %s", intent.action.value, name)
         return book

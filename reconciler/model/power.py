@@ -277,6 +277,11 @@ class PowerBook(Frozen):
     failed: dict[str, str] = Field(
         default_factory=dict, description="Host -> why it could not be powered off or on."
     )
+    failed_at: dict[str, AwareDatetime] = Field(
+        default_factory=dict,
+        description="Host -> when its power-off failed: it is not chosen to empty again for "
+        "FAILED_OFF_BACKOFF (each attempt would move its VMs for nothing).",
+    )
     capacity: dict[str, HostCapacity] = Field(
         default_factory=dict,
         description="Host -> its CPUs and memory as last seen in service: what a standby or "
