@@ -227,3 +227,33 @@ def test_lab_status_and_second_up(lab: Lab) -> None:
         (v.name, "running") for v in lab.vms
     )
     assert lab_api.start_lab(directory).already_up
+
+
+def test_a_workload_lab_balances_on_what_its_guests_use_read_from_its_prometheus(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from reconciler.adapters.lab.cluster_folder import write_cluster_state
+
+    lab = lab_api.start_lab(tmp_path / "lab", driver="test", hosts=3, vms=4)
+    try:
+        plain = load_desired(lab.cluster_dir).policy.spec
+        assert plain.basis.value == "allocated"
+        guests = replace(lab, workloads={"web-1": {"cpu": 30}}, prometheus_port=9)
+        write_cluster_state(guests)
+        desired = load_desired(lab.cluster_dir)
+        spec = desired.policy.spec
+        assert spec.basis.value == "used"
+        assert spec.load.source.value == "prometheus"
+        assert spec.load.prometheus is not None
+        assert spec.load.prometheus.url == "http://127.0.0.1:9"
+        assert spec.load.window.total_seconds() == 60
+        text = (lab.cluster_dir / "policy.yaml").read_text()
+        assert "basis: used            # lab: its workload guests burn real CPU" in text
+        # without a Prometheus, the guests' load is sampled by run itself
+        write_cluster_state(replace(guests, prometheus_port=0))
+        spec = load_desired(lab.cluster_dir).policy.spec
+        assert (spec.basis.value, spec.load.source.value) == ("used", "samples")
+    finally:
+        lab_api.stop_lab(tmp_path / "lab")

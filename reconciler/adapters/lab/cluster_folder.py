@@ -69,12 +69,61 @@ def _example_host_labels() -> dict[str, dict[str, str]]:
     }
 
 
-def lab_policy_text(text: str) -> str:
-    """The policy document ``text`` with ``LAB_POLICY_OVERRIDES`` set in its ``spec``.
+WORKLOAD_OVERRIDES: Final[dict[str, object]] = {**LAB_POLICY_OVERRIDES, "basis": "used"}
+"""A lab of workload guests balances on what they really do: they burn CPU."""
+
+_WHY_USED: Final = "lab: its workload guests burn real CPU; balance what they use"
+LOAD_WINDOW: Final = "1m"
+"""The load window of a workload lab: a demo sees its load after a minute, not ten."""
+
+
+def lab_policy_text(
+    text: str,
+    overrides: dict[str, object] | None = None,
+    *,
+    prometheus: str | None = None,
+) -> str:
+    """The policy document ``text`` with ``overrides`` (``LAB_POLICY_OVERRIDES`` by default)
+    set in its ``spec``; with ``prometheus``, its load read from that Prometheus over a
+    window of ``LOAD_WINDOW``.
 
     Lines are edited in place so the example's other comments stay; each overridden line says
     why the lab sets it. A key the text lacks is added right under ``spec:``.
     """
+    text = _with_overrides(text, LAB_POLICY_OVERRIDES if overrides is None else overrides)
+    return text if prometheus is None else _with_prometheus(text, prometheus)
+
+
+def _with_prometheus(text: str, url: str) -> str:
+    """``spec.load`` of the example set to read the lab's Prometheus over ``LOAD_WINDOW``."""
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if re.match(r"^  load:", line)), None)
+    if at is None:
+        data = yaml.safe_load(text)
+        data["spec"]["load"] = {
+            "source": "prometheus",
+            "window": LOAD_WINDOW,
+            "sampleEvery": "15s",
+            "prometheus": {"url": url},
+        }
+        return yaml.safe_dump(data, sort_keys=False)
+    why = "  # lab: the lab's Prometheus (lab up --metrics)"
+    edits = {
+        "source": f"    source: prometheus{why}",
+        "window": f"    window: {LOAD_WINDOW}            # lab: its load shows after a minute",
+        "sampleEvery": "    sampleEvery: 15s     # lab: the step of the query",
+    }
+    end = at + 1
+    while end < len(lines) and (lines[end].startswith("    ") or not lines[end].strip()):
+        key = lines[end].strip().split(":")[0]
+        if key in edits:
+            lines[end] = edits.pop(key)
+        end += 1
+    lines[end:end] = [*edits.values(), f"    prometheus: {{url: '{url}'}}{why}"]
+    return "\n".join(lines) + "\n"
+
+
+def _with_overrides(text: str, overrides: dict[str, object]) -> str:
     lines = text.splitlines()
     spec_at = next((i for i, line in enumerate(lines) if re.match(r"^spec:\s*(#.*)?$", line)), None)
     if spec_at is None:
@@ -82,7 +131,7 @@ def lab_policy_text(text: str) -> str:
         data = data if isinstance(data, dict) else {}
         spec = data.setdefault("spec", {})
         if isinstance(spec, dict):
-            spec.update(LAB_POLICY_OVERRIDES)
+            spec.update(overrides)
         return yaml.safe_dump(data, sort_keys=False)
     indent = "  "
     for line in lines[spec_at + 1 :]:
@@ -90,7 +139,7 @@ def lab_policy_text(text: str) -> str:
         if match and not line.lstrip().startswith("#"):
             indent = match.group(1)
             break
-    for key, value in LAB_POLICY_OVERRIDES.items():
+    for key, value in overrides.items():
         new = f"{indent}{key}: {value}"
         pattern = re.compile(rf"^{indent}{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
         for i in range(spec_at + 1, len(lines)):
@@ -99,10 +148,10 @@ def lab_policy_text(text: str) -> str:
             match = pattern.match(lines[i])
             if match:
                 column = len(lines[i]) - len((match.group(3) or "").lstrip())
-                lines[i] = f"{new}{' ' * max(1, column - len(new))}# {_WHY[key]}"
+                lines[i] = f"{new}{' ' * max(1, column - len(new))}# {_why(key, value)}"
                 break
         else:
-            lines.insert(spec_at + 1, f"{new}  # {_WHY[key]}")
+            lines.insert(spec_at + 1, f"{new}  # {_why(key, value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -146,6 +195,10 @@ def cluster_yaml(lab: Lab) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _why(key: str, value: object) -> str:
+    return _WHY_USED if (key, value) == ("basis", "used") else _WHY[key]
+
+
 def _header(note: str) -> str:
     return "".join(f"# {line}\n" for line in note.split("\n"))
 
@@ -165,7 +218,15 @@ def write_cluster_state(lab: Lab) -> None:
         source = f"a copy of the example's {name}" if text else f"a minimal {name}"
         if text is None:
             text = _MINIMAL[name]
-        if name == "policy.yaml":
+        if name == "policy.yaml" and lab.workload:
+            url = f"http://127.0.0.1:{lab.prometheus_port}" if lab.prometheus_port else None
+            text = lab_policy_text(text, WORKLOAD_OVERRIDES, prometheus=url)
+            source += (
+                ",\nwith basis used (its guests burn real CPU), holdRounds 1 and minUptime 0s so "
+                "the lab's imbalance shows at once"
+                + (f",\nits load from the lab's Prometheus over {LOAD_WINDOW}" if url else "")
+            )
+        elif name == "policy.yaml":
             text = lab_policy_text(text)
             source += (
                 ",\nwith basis allocated, holdRounds 1 and minUptime 0s so the lab's imbalance "
