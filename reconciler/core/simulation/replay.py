@@ -8,12 +8,20 @@ then the plan, whether to act and what; its moves are carried out in time
 the moves as the round's record makes it follow them. Like ``run``, the next round starts
 once the round's moves have ended. A reference policy that is not the product's (the
 literature's heuristics, in the benchmarks) plugs in as another :class:`Decider`.
+
+Memory stays flat in the number of rounds: the figures are running totals, and the timeline
+keeps at most :data:`MAX_TIMELINE` points (past that, each point stands for two, then four
+rounds, ...: :class:`Timeline`). The replay holds Python's cyclic garbage collector off, as the
+planner does (a round makes hundreds of thousands of short-lived objects, and each collection
+they set off walks the whole cluster again), and collects every :data:`COLLECT_EVERY`
+rounds.
 """
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -27,6 +35,7 @@ from reconciler.core.next_actions import (
     observed_facts,
 )
 from reconciler.core.placer import place
+from reconciler.core.planner import collector_paused
 from reconciler.core.power import HostFacts, power_next
 from reconciler.core.simulation.meter import Meter
 from reconciler.core.simulation.moves import Flight, flights
@@ -50,6 +59,11 @@ from reconciler.model.status import MoveOutcome, MoveResult, ReconcileStatus
 
 ACTOR = "simulate"
 """The actor the simulated rounds name on their intents and moves."""
+
+MAX_TIMELINE = 4096
+"""Points of a policy's timeline, at most: two weeks of rounds every 5 minutes one a round."""
+COLLECT_EVERY = 64
+"""Rounds between two collections of cyclic garbage during a replay."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,50 @@ class RunDecider:
             )
 
 
+class Timeline:
+    """A policy's points, one a round until :data:`MAX_TIMELINE`; then two neighbours merge
+    into one (the first's time, the larger spread and hot count, the migrations summed, the
+    fewer hosts powered), so that each point stands for twice as many rounds as before."""
+
+    def __init__(self, limit: int = MAX_TIMELINE) -> None:
+        self.limit = max(2, limit - limit % 2)
+        self.points: list[TimelinePoint] = []
+        self.per_point = 1
+        """Rounds each point stands for."""
+        self._open: TimelinePoint | None = None
+        self._in_open = 0
+
+    def add(self, point: TimelinePoint) -> None:
+        if self.per_point == 1:
+            self.points.append(point)
+        else:
+            self._open = point if self._open is None else merged(self._open, point)
+            self._in_open += 1
+            if self._in_open < self.per_point:
+                return
+            self.points.append(self._open)
+            self._open, self._in_open = None, 0
+        if len(self.points) >= self.limit:
+            pairs = zip(self.points[0::2], self.points[1::2], strict=False)
+            self.points = [merged(a, b) for a, b in pairs]
+            self.per_point *= 2
+
+    def all(self) -> list[TimelinePoint]:
+        """The points, the last one standing for fewer rounds where the period ended so."""
+        return self.points if self._open is None else [*self.points, self._open]
+
+
+def merged(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
+    spreads = [s for s in (a.spread, b.spread) if s is not None]
+    return TimelinePoint(
+        at=a.at,
+        spread=max(spreads) if spreads else None,
+        hot=max(a.hot, b.hot),
+        migrations=a.migrations + b.migrations,
+        powered=min(a.powered, b.powered),
+    )
+
+
 @dataclass
 class Tally:
     rounds: int = 0
@@ -181,8 +239,15 @@ class Tally:
     moved_back: int = 0
     aborted: int = 0
     unknown_rounds: int = 0
-    spreads: list[float] = field(default_factory=list)
-    timeline: list[TimelinePoint] = field(default_factory=list)
+    spread_peak: float = 0.0
+    spread_sum: float = 0.0
+    spread_rounds: int = 0
+    timeline: Timeline = field(default_factory=Timeline)
+
+    def spread(self, value: float) -> None:
+        self.spread_peak = value if self.spread_rounds == 0 else max(self.spread_peak, value)
+        self.spread_sum += value
+        self.spread_rounds += 1
 
 
 def replay(
@@ -194,6 +259,13 @@ def replay(
     steps: int | None = None,
 ) -> PolicyFigures:
     """Play ``world``'s trace through ``decider``'s rounds; the figures of the period."""
+    with collector_paused():
+        return _replay(world, decider, meter, interval, steps)
+
+
+def _replay(
+    world: World, decider: Decider, meter: Meter, interval: timedelta, steps: int | None
+) -> PolicyFigures:
     trace = world.trace
     tick = trace.step
     total = trace.steps if steps is None else min(steps, trace.steps)
@@ -210,7 +282,7 @@ def replay(
             tally.rounds += 1
             tally.unknown_rounds += decision.unknown
             if decision.spread is not None:
-                tally.spreads.append(decision.spread)
+                tally.spread(decision.spread)
             planned = flights(
                 decision.desired,
                 decision.snapshot,
@@ -224,9 +296,9 @@ def replay(
             ends = max((f.end for f in planned), default=t0)
             decider.after(results, trace.start + timedelta(seconds=ends))
             next_round = max(t0 + interval.total_seconds(), ends)
-            demand = [trace.at(i, t0) for i in range(len(world.names))]
+            demand = world.demand(t0)
             hot = _hot(world, demand, meter.limit)
-            tally.timeline.append(
+            tally.timeline.add(
                 TimelinePoint(
                     at=t0,
                     spread=decision.spread,
@@ -235,8 +307,11 @@ def replay(
                     powered=len(world.hosts) - len(world.asleep),
                 )
             )
+            del decision, planned, results
+            if tally.rounds % COLLECT_EVERY == 0:
+                gc.collect()
         else:
-            demand = [trace.at(i, t0) for i in range(len(world.names))]
+            demand = world.demand(t0)
         meter.interval(t0, t1, demand, world.host_of, world.capacity, curves, running, world.asleep)
         running = _landed(world, running, t1, trace.start)
     figures = _figures(decider.name, tally, meter, total * tick)
@@ -247,7 +322,7 @@ def replay(
     return figures
 
 
-def _hot(world: World, demand: list[float], limit: float) -> int:
+def _hot(world: World, demand: Sequence[float], limit: float) -> int:
     """Hosts whose demand is above ``limit`` of their capacity."""
     load = [0.0] * len(world.hosts)
     for vm, d in enumerate(demand):
@@ -339,10 +414,10 @@ def _figures(name: str, tally: Tally, meter: Meter, seconds: float) -> PolicyFig
         esv=kwh * slav,
         host_hours=meter.powered_seconds / 3600,
         hours_over_limit=meter.over_limit_seconds / 3600,
-        spread_peak=max(tally.spreads, default=0.0),
-        spread_mean=sum(tally.spreads) / len(tally.spreads) if tally.spreads else 0.0,
+        spread_peak=tally.spread_peak,
+        spread_mean=tally.spread_sum / tally.spread_rounds if tally.spread_rounds else 0.0,
         unknown_rounds=tally.unknown_rounds,
-        timeline=tally.timeline,
+        timeline=tally.timeline.all(),
     )
 
 

@@ -28,14 +28,15 @@ class TraceVm:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """``demand[i][k]``: what VM ``vms[i]`` asks for during step ``k``, from ``start``."""
+    """``demand[i][k]``: what VM ``vms[i]`` asks for during step ``k``, from ``start`` (a
+    row is any sequence: tuples read from a file, or figures computed when read)."""
 
     source: str
     start: datetime
     step: float
     """Seconds per figure."""
     vms: tuple[TraceVm, ...]
-    demand: tuple[tuple[float, ...], ...]
+    demand: tuple[Sequence[float], ...]
 
     @property
     def steps(self) -> int:
