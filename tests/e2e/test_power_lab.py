@@ -27,7 +27,7 @@ import pytest
 from reconciler.adapters import lab as lab_api
 from reconciler.adapters.files.text import rewrite_file
 from reconciler.adapters.lab import Lab
-from reconciler.adapters.lab.bmc import bmc_dir, read_env, set_bmc
+from reconciler.adapters.lab.bmc import Fault, bmc_dir, read_env, set_bmc
 from reconciler.adapters.power.redfish import RedfishPower
 from reconciler.config import load_desired
 from reconciler.model.recovery import PowerState
@@ -255,7 +255,7 @@ def said_since(log: Path, offset: int, text: str) -> bool:
     return text in log.read_text(errors="replace")[offset:]
 
 
-FAULTS = (
+FAULTS: tuple[tuple[Fault, str], ...] = (
     ("refuse", "answered 500 to the reset GracefulShutdown"),
     ("hang", "did not answer within 3s"),
     ("lie", "its BMC says off but libvirt still answers"),
@@ -280,14 +280,12 @@ def test_a_bmc_that_refuses_hangs_or_lies_gets_a_clear_error_and_harms_no_vm(
             set_bmc(Path(lab.dir), host.name, fault=fault)
         state, log = tmp_path / f"state-{fault}", tmp_path / f"run-{fault}.log"
         proc = start_run(lab, state, log)
+
+        def refused(log: Path = log) -> bool:
+            return said_since(log, 0, "could not be powered off")
+
         try:
-            watch(
-                lab,
-                lambda log=log: said_since(log, 0, "could not be powered off"),
-                120,
-                fault,
-                proc,
-            )
+            watch(lab, refused, 120, fault, proc)
             text = log.read_text(errors="replace")
             assert said in text, f"{fault}: {text[-3000:]}"
             assert sorted(hosts_up(lab)) == ["kvm-01", "kvm-02", "kvm-03"], fault
