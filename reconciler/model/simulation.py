@@ -105,6 +105,22 @@ class TimelinePoint(Frozen):
     powered: int = Field(default=0, ge=0, description="Hosts powered (not in standby).")
 
 
+MAX_MOVES_LISTED = 10_000
+"""Moves a policy's figures list one by one at most (the count goes on past it)."""
+
+
+class SimulatedMove(Frozen):
+    """One move a policy made in the simulation, as ``run`` would have made it."""
+
+    at: float = Field(ge=0, description="Seconds from the start, when the move began.")
+    vm: str
+    source: str
+    target: str
+    reason: str = Field(description="Why (Balance, Maintenance, Drift, ...), as plan says.")
+    seconds: float = Field(ge=0, description="How long it took.")
+    aborted: bool = Field(default=False, description="It would not converge and was aborted.")
+
+
 class PolicyFigures(Frozen):
     """What one policy did over the simulated period."""
 
@@ -135,6 +151,10 @@ class PolicyFigures(Frozen):
     spread_mean: float = Field(ge=0)
     unknown_rounds: int = Field(ge=0, description="Rounds with a VM whose load was unknown.")
     timeline: list[TimelinePoint] = Field(default_factory=list, description="Per round.")
+    moves: list[SimulatedMove] = Field(
+        default_factory=list,
+        description="Each move in the order they began (the first MAX_MOVES_LISTED).",
+    )
 
 
 class SimulationReport(Frozen):

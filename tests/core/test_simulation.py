@@ -194,3 +194,23 @@ def test_a_trace_at_a_coarser_step_keeps_its_mean_and_a_finer_one_its_figures(
     assert all(fine.at(0, s * 300.0) == row[s] for s in range(12))
     with pytest.raises(ValueError, match="whole number"):
         resampled(t, 450.0)
+
+
+def test_each_move_is_listed_with_its_vm_hosts_and_time_in_the_order_they_began() -> None:
+    report = run(HOT_THEN_COLD, {"threshold": 5, "holdRounds": 1}, piled=True)
+    (figures,) = report.policies
+    assert figures.migrations > 0
+    assert len([m for m in figures.moves if not m.aborted]) == figures.migrations
+    assert [m.at for m in figures.moves] == sorted(m.at for m in figures.moves)
+    started = sum(t.migrations for t in figures.timeline)
+    assert len(figures.moves) == started
+    for m in figures.moves:
+        assert m.source != m.target
+        assert m.reason in {"Balance", "HostLimit"}
+        assert m.seconds > 0
+    # where each VM ends is where its last listed move took it
+    where: dict[str, str] = {}
+    for m in figures.moves:
+        if not m.aborted:
+            assert where.get(m.vm, m.source) == m.source, f"{m.vm} left a host it was not on"
+            where[m.vm] = m.target

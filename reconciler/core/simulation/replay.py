@@ -47,7 +47,13 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
 from reconciler.model.policy import Mode
 from reconciler.model.power import PowerBook, PowerMode
-from reconciler.model.simulation import HostKind, PolicyFigures, TimelinePoint
+from reconciler.model.simulation import (
+    MAX_MOVES_LISTED,
+    HostKind,
+    PolicyFigures,
+    SimulatedMove,
+    TimelinePoint,
+)
 from reconciler.model.snapshot import (
     FailedMove,
     HostState,
@@ -243,6 +249,23 @@ class Tally:
     spread_sum: float = 0.0
     spread_rounds: int = 0
     timeline: Timeline = field(default_factory=Timeline)
+    moves: list[SimulatedMove] = field(default_factory=list)
+    """The first ``MAX_MOVES_LISTED`` moves, in the order they began."""
+
+    def move(self, f: Flight) -> None:
+        if len(self.moves) < MAX_MOVES_LISTED:
+            m = f.move
+            self.moves.append(
+                SimulatedMove(
+                    at=f.start,
+                    vm=m.vm,
+                    source=m.source,
+                    target=m.target,
+                    reason=m.reason.value,
+                    seconds=f.end - f.start,
+                    aborted=f.aborted,
+                )  # fmt: skip
+            )
 
     def spread(self, value: float) -> None:
         self.spread_peak = value if self.spread_rounds == 0 else max(self.spread_peak, value)
@@ -338,6 +361,7 @@ def _where(world: World, f: Flight) -> tuple[Flight, int, int, int]:
 def _result(world: World, f: Flight, start: datetime, tally: Tally) -> MoveResult:
     m = f.move
     at = start + timedelta(seconds=f.start)
+    tally.move(f)
     if f.aborted:
         tally.aborted += 1
         return MoveResult(
@@ -418,6 +442,7 @@ def _figures(name: str, tally: Tally, meter: Meter, seconds: float) -> PolicyFig
         spread_mean=tally.spread_sum / tally.spread_rounds if tally.spread_rounds else 0.0,
         unknown_rounds=tally.unknown_rounds,
         timeline=tally.timeline.all(),
+        moves=tally.moves,
     )
 
 
