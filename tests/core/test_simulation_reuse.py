@@ -76,9 +76,9 @@ def test_each_snapshot_is_the_one_built_anew_whatever_moved_or_was_recorded(
     desired, kinds = shaped(policy(basis="allocated"), shape)
     t = trace(rows)
     world = World(desired, t, kinds, {f"vm-{i}": "small-001" for i in range(len(rows))})
-    for k, vm, host in events:  # steps, each after a move or a record written
+    for k, drawn, host in events:  # steps, each after a move or a record written
         now = t.start + timedelta(seconds=k * t.step)
-        vm %= len(rows)
+        vm = drawn % len(rows)
         record = world.records[vm].model_copy(update={"last_moved_at": now})
         if host == 0:
             world.stamped([(world.snapshot(now).vms[vm], record)])
