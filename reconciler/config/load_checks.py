@@ -1,6 +1,7 @@
 """Checks of ``spec.load``: a window its sampling can fill, a Prometheus URL without secrets
 (no user info, no query string), a ``prometheus`` section that is not read, a forecast with
-history enough to learn from (and one that is not read)."""
+history enough to learn from, a seasonal period its sampling and history can hold (and
+settings that are not read)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from urllib.parse import urlsplit
 
 from reconciler.config.findings import Finding, Severity, finding_at
 from reconciler.config.yaml_source import DocPath, Document
+from reconciler.core.forecast import MAX_POINTS, PHASES, phase_step
 from reconciler.model.load import MAX_SAMPLES, ForecastModel, LoadSource, LoadSpec, Statistic
 from reconciler.model.policy import BalancePolicySpec
 from reconciler.model.quantity import format_duration
@@ -118,7 +120,11 @@ def _forecast_findings(load: LoadSpec, policy: Document | None) -> list[Finding]
         return []
     out: list[Finding] = []
     history = spec.history
-    if spec.model is ForecastModel.SEASONAL and history < SEASONAL_HISTORY:
+    if spec.model is ForecastModel.SEASONAL and _given(
+        policy, "spec", "load", "forecast", "period"
+    ):
+        out.extend(_period_findings(load, policy))
+    elif spec.model is ForecastModel.SEASONAL and history < SEASONAL_HISTORY:
         out.append(
             finding_at(
                 policy,
@@ -127,6 +133,16 @@ def _forecast_findings(load: LoadSpec, policy: Document | None) -> list[Finding]
                 f"history {format_duration(history)} is shorter than the two days a seasonal "
                 "forecast needs to see a day's cycle twice: no VM would ever be forecast",
                 "use history: 2d or more (7d by default), or model: trend",
+            )
+        )
+    if spec.model is ForecastModel.TREND and _given(policy, "spec", "load", "forecast", "period"):
+        out.append(
+            finding_at(
+                policy,
+                (*base, "period"),
+                Severity.WARNING,
+                "period is not read: a trend follows no cycle (model: trend)",
+                "set model: seasonal to read it, or remove it",
             )
         )
     span = max(load.window, 2 * spec.horizon)
@@ -140,6 +156,56 @@ def _forecast_findings(load: LoadSpec, policy: Document | None) -> list[Finding]
                 f"{format_duration(span)} a trend is drawn through (the window or twice the "
                 "horizon, the longer)",
                 f"use history: {format_duration(span)} or more",
+            )
+        )
+    return out
+
+
+def _period_findings(load: LoadSpec, policy: Document | None) -> list[Finding]:
+    """A seasonal ``period`` the policy gives: two samples at least, seen twice in the
+    history, and a history its step keeps within ``MAX_POINTS``."""
+    base: DocPath = ("spec", "load", "forecast")
+    spec = load.forecast
+    period, history, every = spec.period, spec.history, load.sample_every
+    shown, shown_history = format_duration(period), format_duration(history)
+    out: list[Finding] = []
+    if period < 2 * every:
+        out.append(
+            finding_at(
+                policy,
+                (*base, "period"),
+                Severity.ERROR,
+                f"period {shown} holds fewer than two samples taken every "
+                f"{format_duration(every)}: no cycle could be told",
+                f"use a period of at least {format_duration(2 * every)}, or a shorter "
+                "sampleEvery",
+            )
+        )
+    if 2 * period > history:
+        out.append(
+            finding_at(
+                policy,
+                (*base, "period"),
+                Severity.ERROR,
+                f"period {shown} is longer than half the history {shown_history}: a seasonal "
+                "forecast needs to see its cycle twice, no VM would ever be forecast",
+                f"use history: {format_duration(2 * period)} or more, or a period of at most "
+                f"{format_duration(history / 2)}",
+            )
+        )
+    step = max(every.total_seconds(), phase_step(load))
+    points = history.total_seconds() / step
+    if points > MAX_POINTS:
+        longest = timedelta(seconds=MAX_POINTS * step // 60 * 60)
+        out.append(
+            finding_at(
+                policy,
+                (*base, "history"),
+                Severity.ERROR,
+                f"history {shown_history} read every {format_duration(timedelta(seconds=step))} "
+                f"(a {PHASES}th of the {shown} period, or sampleEvery) holds {points:.0f} points "
+                f"per VM; at most {MAX_POINTS}",
+                f"use history: {format_duration(longest)} or less, or a longer period",
             )
         )
     return out

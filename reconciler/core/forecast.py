@@ -6,17 +6,19 @@ Points are ``(time, cores)`` rate points, each standing for the ``step`` before 
 Prometheus range query gives them), time in seconds since the epoch. They are laid on a grid
 of ``step`` ending at ``now``; a slot without a point is unknown, never zero.
 
-- **seasonal**: the profile of a period (a day; a week when the history spans two weeks) is
-  the mean of each phase (time of day, of the week) over the periods seen. The forecast is the
-  profile's mean over the phases of the next ``horizon``, moved by how far the last hour stood
-  above or below the profile at its phases (the recent level). A VM whose history spans less
-  than two periods has none.
+- **seasonal**: the profile of a period (``forecast.period``, a day by default; with the
+  default, a week when the history spans two weeks) is the mean of each phase (time of day, of
+  the week) over the periods seen. The forecast is the profile's mean over the phases of the
+  next ``horizon``, moved by how far the last hour (a twelfth of a shorter period) stood above
+  or below the profile at its phases (the recent level). A VM whose history spans less than
+  two periods has none.
 - **trend**: a least-squares line through the last ``max(window, 2 x horizon)``, read at the
   middle of the next ``horizon``. A VM with fewer than two points there, or points covering
   less than half of it, has none.
 
-A forecast is never below zero. Its error: over the last day, a forecast made every
-``horizon`` from what was known then (the seasonal profile of the days before that day) is set
+A forecast is never below zero. Its error: over the last period (a day by default), a
+forecast made every ``horizon`` from what was known then (the seasonal profile of the periods
+before that one) is set
 against the mean that came over its horizon; the mean absolute difference, in cores. The same
 is measured of the window's mean held over the horizon (what the plan reads without a
 forecast). :attr:`Forecast.usable`: the forecast is used only where its error is not above the
@@ -34,14 +36,41 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from reconciler.model.load import MIN_COVERED, ForecastModel, ForecastSpec
+from reconciler.model.load import MIN_COVERED, ForecastModel, ForecastSpec, LoadSpec
 
 DAY = 86400.0
 WEEK = 7 * DAY
 LEVEL_SPAN = 3600.0
-"""The recent level of a seasonal forecast is read over the last hour."""
+"""The recent level of a seasonal forecast is read over the last hour (a twelfth of a period
+shorter than 12h)."""
 ERROR_SPAN = DAY
-"""The forecast's error is measured over the last day."""
+"""The forecast's error is measured over the last day (the last period, when shorter)."""
+HISTORY_STEP = 300.0
+"""The history's step with a daily period: 5m, 2,016 points per VM a week."""
+PHASES = 48
+"""A shorter period is read at a step of a 48th of it (15s for 12m): fine enough for its shape."""
+MAX_POINTS = 8064
+"""Points per VM a history may hold: 28 days at 5m, within Prometheus's 11,000 a series."""
+
+
+def phase_step(load: LoadSpec) -> float:
+    """The step the forecast's history is wanted at, seconds: 5m, or a 48th of a seasonal
+    period shorter than 4h."""
+    spec = load.forecast
+    if spec.model is ForecastModel.SEASONAL:
+        return min(HISTORY_STEP, spec.period.total_seconds() / PHASES)
+    return HISTORY_STEP
+
+
+def history_step(load: LoadSpec) -> float:
+    """The step of the history read from Prometheus, seconds: :func:`phase_step`, at least
+    ``sampleEvery``, and coarse enough that ``history`` holds at most ``MAX_POINTS`` (which
+    ``validate`` sees to)."""
+    return max(
+        load.sample_every.total_seconds(),
+        phase_step(load),
+        load.forecast.history.total_seconds() / MAX_POINTS,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +157,20 @@ def forecast(
     horizon = spec.horizon.total_seconds()
     if spec.model is ForecastModel.TREND:
         return _trend(grid, horizon, window)
-    return _seasonal(grid, horizon, window)
+    return _seasonal(grid, horizon, window, spec.period.total_seconds())
 
 
 def _errors(
-    grid: _Grid, predict: Callable[[int], float | None], horizon: int, window: int
+    grid: _Grid,
+    predict: Callable[[int], float | None],
+    horizon: int,
+    window: int,
+    span: float = ERROR_SPAN,
 ) -> tuple[float | None, float | None]:
     """The mean absolute error of ``predict`` and of the window's mean held, over forecasts
-    made every ``horizon`` slots through the last day."""
+    made every ``horizon`` slots through the last ``span`` seconds."""
     n = grid.n
-    origin = n - 1 - grid.slots(ERROR_SPAN)
+    origin = n - 1 - grid.slots(span)
     errs: list[float] = []
     held: list[float] = []
     while origin + horizon <= n - 1:
@@ -158,12 +191,18 @@ class _Seasonal:
     """The profile of slots before ``until``, moved by the recent level."""
 
     def __init__(
-        self, grid: _Grid, period: int, horizon: int, sums: list[float], counts: list[int]
+        self,
+        grid: _Grid,
+        period: int,
+        horizon: int,
+        sums: list[float],
+        counts: list[int],
+        level: float = LEVEL_SPAN,
     ) -> None:
         self.grid = grid
         self.period = period
         self.horizon = horizon
-        self.level = grid.slots(LEVEL_SPAN)
+        self.level = grid.slots(level)
         self.profile: list[float | None] = [
             s / c if c else None for s, c in zip(sums, counts, strict=True)
         ]
@@ -217,27 +256,31 @@ class _Trend:
         return max(0.0, my + slope * (middle - mx))
 
 
-def _seasonal(grid: _Grid, horizon: float, window: float) -> Forecast:
+def _seasonal(grid: _Grid, horizon: float, window: float, cycle: float = DAY) -> Forecast:
     assert grid.first is not None
     seen = grid.n - grid.first  # slots from the first known one to now
-    day, week = grid.slots(DAY), grid.slots(WEEK)
-    period = week if seen >= 2 * week else day
+    base = grid.slots(cycle)
+    period = base
+    if cycle == DAY and seen >= 2 * grid.slots(WEEK):
+        period = grid.slots(WEEK)  # the weekly profile: only with the daily period
     if seen < 2 * period:
         return NO_FORECAST
     known = sum(1 for v in grid.vals[grid.first :] if v is not None)
     if known < MIN_COVERED * seen:
         return NO_FORECAST
     h = grid.slots(horizon)
-    # the profile of the days before the last (to measure the error on it), then of them all
-    until = grid.n - grid.slots(ERROR_SPAN)
+    span = min(ERROR_SPAN, cycle)  # the last day, or the last (shorter) period
+    level = min(LEVEL_SPAN, cycle / 12)
+    # the profile of the periods before the last (to measure the error on it), then of them all
+    until = grid.n - grid.slots(span)
     sums, counts = [0.0] * period, [0] * period
     _add(grid, period, grid.first, until, sums, counts)
-    trained = _Seasonal(grid, period, h, sums, counts)
+    trained = _Seasonal(grid, period, h, sums, counts, level)
     _add(grid, period, until, grid.n, sums, counts)
-    value = _Seasonal(grid, period, h, sums, counts)(grid.n - 1)
+    value = _Seasonal(grid, period, h, sums, counts, level)(grid.n - 1)
     if value is None:
         return NO_FORECAST
-    error, held = _errors(grid, trained, h, grid.slots(window))
+    error, held = _errors(grid, trained, h, grid.slots(window), span)
     return Forecast(round(value, 6), error, held)
 
 

@@ -9,7 +9,8 @@ nothing is sampled. A sample that fails is logged and the next one is taken on t
 that did not answer leaves a gap in its VMs' windows, never a zero.
 
 With ``statistic: forecast`` it also keeps the history the forecast learns from
-(``history``): at the first sample after each 5-minute bucket ends, the bucket's mean is
+(``history``): at the first sample after each bucket ends (5 minutes, or a 48th of a
+shorter seasonal period), the bucket's mean is
 folded from the readings (``reconciler.core.load_history``) and the history written. The
 history is read once, at the first sample, and kept in memory after.
 """

@@ -101,7 +101,7 @@ class Statistic(StrEnum):
 class ForecastModel(StrEnum):
     SEASONAL = "seasonal"
     """The mean of the same time of day (of the week, with two weeks of history) over the
-    past, moved to the level of the last hour."""
+    past, moved to the level of the last hour; or of the same phase of a shorter ``period``."""
     TREND = "trend"
     """A straight line through the last ``max(window, 2 x horizon)``."""
 
@@ -128,6 +128,21 @@ HistorySpan = Annotated[
     ),
 ]
 """What a forecast learns from: 1h to 28d."""
+Period = Annotated[
+    Duration,
+    duration_within(
+        timedelta(seconds=2),
+        timedelta(days=14),
+        too_short="period {value} is too short to hold a cycle; use at least two sampleEvery, "
+        "e.g. 10m",
+        too_long="period {value} is longer than half the longest history (28d); use at most "
+        "14d, e.g. 1d",
+    ),
+]
+"""The cycle a seasonal forecast learns: 2s to 14d (within the policy: two ``sampleEvery`` to
+half the ``history``)."""
+DEFAULT_PERIOD: Final = timedelta(days=1)
+"""A day: the cycle of most demand, and the only period with a weekly profile besides."""
 
 
 class ForecastSpec(Frozen):
@@ -151,6 +166,12 @@ class ForecastSpec(Frozen):
     )
     model: ForecastModel = Field(
         default=ForecastModel.SEASONAL, description="seasonal (daily and weekly) | trend."
+    )
+    period: Period = Field(
+        default=DEFAULT_PERIOD,
+        description="With model: seasonal, the cycle it learns; at least two sampleEvery, at "
+        "most half the history. A day by default (with a weekly profile once the history spans "
+        "two weeks); a shorter one is read at a finer step, period/48.",
     )
 
 

@@ -1,10 +1,12 @@
 """The history ``run`` keeps for ``statistic: forecast`` with ``source: samples``, in
 ``<state dir>/<cluster>/load-history.bin`` (``reconciler.core.load_history``).
 
-One file: a first line naming the format, a line of JSON (the cluster, the last bucket, the
-buckets per VM, the VMs and their UUIDs), then every VM's buckets as little-endian
-half-precision floats, row after row (2 bytes a bucket: about 4 MB a week of 1,000 VMs).
-Replaced atomically when a bucket completes (every 5 minutes), so a restart of ``run``, or a
+One file: a first line naming the format, a line of JSON (the cluster, the bucket's width in
+seconds, the last bucket, the buckets per VM, the VMs and their UUIDs), then every VM's
+buckets as little-endian half-precision floats, row after row (2 bytes a bucket: about 4 MB a
+week of 1,000 VMs).
+Replaced atomically when a bucket completes (every 5 minutes, or a 48th of a shorter
+seasonal period), so a restart of ``run``, or a
 crash mid-write, keeps the history. A file that cannot be read as such (torn before this,
 edited, another format) is a warning naming it and is treated as absent: the history starts
 again. Bounded: a row per VM sampled within the history, of at most 28 days.
@@ -29,6 +31,7 @@ FILE_NAME = "load-history.bin"
 MAGIC = b"reconciler load history 1\n"
 ON_DISK = np.dtype("<f2")
 MAX_SLOTS = round(28 * 86400 / BUCKET)
+"""Buckets per VM at most: 28 days at 5m (``forecast.MAX_POINTS``)."""
 MAX_HEADER = 64 * 1024 * 1024
 
 
@@ -72,8 +75,11 @@ class FileLoadHistory:
             head = json.loads(bytes(rest[:newline]))
             cluster, end, slots = str(head["cluster"]), int(head["end"]), int(head["slots"])
             vms = [(str(n), str(u)) for n, u in head["vms"]]
-        except (ValueError, KeyError, TypeError) as err:
+            bucket = float(head.get("bucket", BUCKET))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"not a load history header ({err})") from None
+        if not 0 < bucket <= 86400:
+            raise ValueError(f"out of bounds (buckets of {bucket:g} seconds)")
         if cluster != self.cluster:
             raise ValueError(f"the history of cluster {cluster!r}, not {self.cluster!r}")
         if not 1 <= slots <= MAX_SLOTS:
@@ -83,13 +89,16 @@ class FileLoadHistory:
         if len(body) != want:
             raise ValueError(f"torn: {len(body)} bytes of buckets where {want} belong")
         values = np.frombuffer(body, dtype=ON_DISK).astype(DTYPE).reshape(len(vms), slots)
-        return LoadHistory(cluster, end, tuple(n for n, _ in vms), tuple(u for _, u in vms), values)
+        return LoadHistory(
+            cluster, end, tuple(n for n, _ in vms), tuple(u for _, u in vms), values, bucket
+        )
 
     def save(self, history: LoadHistory) -> None:
         """Replace the file, atomically; its folder is made when missing."""
         head = {
             "cluster": history.cluster,
-            "bucket": BUCKET,
+            # 300, not 300.0: a whole number of seconds is written as one
+            "bucket": int(history.bucket) if history.bucket.is_integer() else history.bucket,
             "end": history.end,
             "slots": history.slots,
             "vms": [[n, u] for n, u in zip(history.names, history.uuids, strict=True)],

@@ -15,6 +15,7 @@ from reconciler.adapters.files.load_history import FileLoadHistory
 from reconciler.adapters.files.load_samples import FileLoadSamples
 from reconciler.adapters.prometheus.client import PrometheusClient
 from reconciler.core import load_history, load_samples, load_view
+from reconciler.core.forecast import HISTORY_STEP, history_step
 from reconciler.core.load_series import Series
 from reconciler.errors import ReconcilerError
 from reconciler.model.load import LoadSpec, Statistic
@@ -23,8 +24,7 @@ from reconciler.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
-HISTORY_STEP = 300.0
-"""The step of the history query of ``statistic: forecast``: 5m, 2,016 points per VM a week."""
+__all__ = ["HISTORY_STEP", "PrometheusLoad", "SamplesLoad"]
 
 HOLD = (
     "no balance move on a short sample: keep `reconciler run` sampling for a window, or give "
@@ -67,23 +67,26 @@ class SamplesLoad:
         if stale is not None and self.short:
             return self._short(snapshot, spec, stale)
         series = load_samples.readings(samples) if samples is not None else {}
+        history, bucket = self._history(snapshot, spec)
         return load_view.from_readings(
-            snapshot, spec, series, now, history=self._history(snapshot, spec)
+            snapshot, spec, series, now, history=history, history_step=bucket
         )
 
     def _history(
         self, snapshot: Snapshot, spec: LoadSpec
-    ) -> dict[str, list[tuple[float, float]]] | None:
-        """The buckets ``run`` keeps (``statistic: forecast``); a history that cannot be read
-        leaves every VM without a forecast (the window's mean stands), not its load unknown."""
+    ) -> tuple[dict[str, list[tuple[float, float]]] | None, float]:
+        """The buckets ``run`` keeps (``statistic: forecast``) and their width; a history that
+        cannot be read leaves every VM without a forecast (the window's mean stands), not its
+        load unknown."""
         if spec.statistic is not Statistic.FORECAST or self.history is None:
-            return None
+            return None, load_history.BUCKET
         try:
             kept = self.history.load()
         except ReconcilerError as err:
             log.warning("no forecast, the history was not read: %s", err)
-            return None
-        return load_history.points(kept, (vm.name for vm in snapshot.vms))
+            return None, load_history.BUCKET
+        bucket = load_history.BUCKET if kept is None else kept.bucket
+        return load_history.points(kept, (vm.name for vm in snapshot.vms)), bucket
 
     def _short(self, snapshot: Snapshot, spec: LoadSpec, why: str) -> Snapshot:
         note = (
@@ -97,8 +100,8 @@ class PrometheusLoad:
     """The window from Prometheus: one range query for every VM (and one for the hosts'
     pressure, when the policy reads it) each time; each VM's series joined by its name and
     UUID, counted once where several series give it at once. With ``statistic: forecast``,
-    one more over ``forecast.history`` at a step of 5m (or ``sampleEvery`` if longer), which
-    the forecast learns from."""
+    one more over ``forecast.history`` at a step of 5m (a 48th of a shorter seasonal period;
+    ``sampleEvery`` if longer), which the forecast learns from."""
 
     def __init__(self, client: Callable[[LoadSpec], PrometheusClient] | None = None) -> None:
         self._client = client or (lambda spec: PrometheusClient(spec.prometheus))
@@ -115,7 +118,7 @@ class PrometheusLoad:
                 hosts = client.range_query(
                     spec.prometheus.host_pressure, start=start, end=end, step=step
                 )
-            every = max(HISTORY_STEP, step)
+            every = history_step(spec)
             history = self._history(client, spec, end, every)
         except ReconcilerError as err:
             log.warning("load over the window unknown: %s", err)
