@@ -41,10 +41,10 @@ _MOVE = re.compile(
 
 
 def duration(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+)([mhdw])", text.strip())
+    match = re.fullmatch(r"(\d+)([smhdw])", text.strip())
     if not match:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; write e.g. 30m, 12h, 7d or 2w"
+            f"{text!r} is not a duration; write e.g. 90s, 30m, 12h, 7d or 2w"
         )
     try:
         return parse_duration(text.strip())  # at most ten years, never an overflow

@@ -23,10 +23,17 @@ def test_an_age_too_long_or_unreadable_is_a_usage_error(text: str) -> None:
         duration(text)
 
 
-@given(st.integers(min_value=0, max_value=10**30), st.sampled_from("mhdw"))
+@given(st.integers(min_value=0, max_value=10**30), st.sampled_from("smhdw"))
 def test_any_age_is_bounded_or_refused(count: int, unit: str) -> None:
     try:
         age = duration(f"{count}{unit}")
     except argparse.ArgumentTypeError:
         return
     assert timedelta(0) <= age <= timedelta(days=3650)
+
+
+def test_a_period_may_be_given_in_seconds_for_a_lab_sampled_every_few() -> None:
+    assert duration("15s") == timedelta(seconds=15)
+    assert duration("361s") == timedelta(seconds=361)
+    with pytest.raises(argparse.ArgumentTypeError, match="90s, 30m"):
+        duration("15")
