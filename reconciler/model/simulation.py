@@ -121,6 +121,27 @@ class SimulatedMove(Frozen):
     aborted: bool = Field(default=False, description="It would not converge and was aborted.")
 
 
+class RolloutFigures(Frozen):
+    """What one rollout did over the simulated period, under one policy."""
+
+    rollout: str = Field(description="Its name (metadata.name).")
+    phase: str = Field(description="Where it stood at the end: NotStarted, InProgress, Done, ...")
+    hosts: int = Field(ge=0, description="Hosts it selects.")
+    rolled: int = Field(ge=0, description="Hosts given back after their steps (undrain done).")
+    began: float | None = Field(
+        default=None, ge=0, description="Seconds from the start to its first step; none: never."
+    )
+    ended: float | None = Field(
+        default=None, ge=0, description="Seconds from the start to its last step's end."
+    )
+    seconds: float = Field(default=0.0, ge=0, description="From its first step to its last.")
+    moves: int = Field(
+        default=0,
+        ge=0,
+        description="Moves it caused: completed Maintenance moves off the hosts it held out.",
+    )
+
+
 class PolicyFigures(Frozen):
     """What one policy did over the simulated period."""
 
@@ -154,6 +175,10 @@ class PolicyFigures(Frozen):
     moves: list[SimulatedMove] = Field(
         default_factory=list,
         description="Each move in the order they began (the first MAX_MOVES_LISTED).",
+    )
+    rollouts: list[RolloutFigures] = Field(
+        default_factory=list,
+        description="Each rollout played (the cluster folder's and --rollout's), by name.",
     )
 
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from html import escape
 
-from reconciler.model.simulation import PolicyFigures, SimulationReport
+from reconciler.model.simulation import PolicyFigures, RolloutFigures, SimulationReport
 
 Row = tuple[str, Callable[[PolicyFigures], str]]
 
@@ -31,6 +31,38 @@ ROWS: list[Row] = [
 ]
 
 
+def _rollout_rows(report: SimulationReport) -> list[Row]:
+    """Per rollout any policy played: hosts rolled, from its first step to its last, and the
+    moves it caused (none when no rollout was played: the table is as before)."""
+    names = list(dict.fromkeys(r.rollout for p in report.policies for r in p.rollouts))
+
+    def cell(name: str, show: Callable[[RolloutFigures], str]) -> Callable[[PolicyFigures], str]:
+        def value(p: PolicyFigures) -> str:
+            found = next((r for r in p.rollouts if r.rollout == name), None)
+            return "-" if found is None else show(found)
+
+        return value
+
+    rows: list[Row] = []
+    for name in names:
+        rows += [
+            (f"rollout {name}: hosts rolled", cell(name, _rolled)),
+            (f"rollout {name}: hours", cell(name, _hours)),
+            (f"rollout {name}: moves", cell(name, lambda r: f"{r.moves:,}")),
+        ]
+    return rows
+
+
+def _rolled(r: RolloutFigures) -> str:
+    done = f"{r.rolled} of {r.hosts}"
+    return done if r.phase == "Done" else f"{done} ({r.phase})"
+
+
+def _hours(r: RolloutFigures) -> str:
+    """From its first step to its last, in hours; "-" when it never began."""
+    return "-" if r.began is None else f"{r.seconds / 3600:,.2f}"
+
+
 def _heading(report: SimulationReport) -> str:
     days = (report.end - report.start).total_seconds() / 86400
     return (
@@ -43,13 +75,14 @@ def _heading(report: SimulationReport) -> str:
 
 def simulation_text(report: SimulationReport) -> str:
     names = [p.policy for p in report.policies]
-    width = max([len(r[0]) for r in ROWS] + [6])
+    rows = ROWS + _rollout_rows(report)
+    width = max([len(r[0]) for r in rows] + [6])
     cols = [max(12, len(n)) for n in names]
     lines = [_heading(report), ""]
     lines.append(
         " " * width + "  " + "  ".join(n.rjust(c) for n, c in zip(names, cols, strict=True))
     )
-    for label, value in ROWS:
+    for label, value in rows:
         cells = [value(p).rjust(c) for p, c in zip(report.policies, cols, strict=True)]
         lines.append(label.ljust(width) + "  " + "  ".join(cells))
     return "\n".join(lines) + "\n"
@@ -97,7 +130,7 @@ def simulation_markdown(report: SimulationReport, chart: str | None = None) -> s
     lines = [f"**Simulation** {_heading(report)}", ""]
     lines.append("| | " + " | ".join(f"`{n}`" for n in names) + " |")
     lines.append("|---|" + "---:|" * len(names))
-    for label, value in ROWS:
+    for label, value in ROWS + _rollout_rows(report):
         lines.append(f"| {label} | " + " | ".join(value(p) for p in report.policies) + " |")
     lines += ["", "```text", *simulation_sparklines(report), "```"]
     if chart:
@@ -106,7 +139,11 @@ def simulation_markdown(report: SimulationReport, chart: str | None = None) -> s
 
 
 def simulation_json(report: SimulationReport) -> str:
-    return json.dumps(report.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+    data = report.model_dump(mode="json", by_alias=True)
+    for p in data["policies"]:
+        if not p["rollouts"]:  # no rollout played: the report reads as before rollouts were
+            del p["rollouts"]
+    return json.dumps(data, indent=2) + "\n"
 
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

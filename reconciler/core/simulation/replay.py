@@ -22,13 +22,14 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reconciler.core import backoff, load_view, rounds
 from reconciler.core.hugepages import started
 from reconciler.core.next_actions import (
+    ObservedFacts,
     RolloutHolds,
     first_seen_stamps,
     next_actions,
@@ -63,6 +64,9 @@ from reconciler.model.snapshot import (
 )
 from reconciler.model.status import MoveOutcome, MoveResult, ReconcileStatus
 
+if TYPE_CHECKING:  # a cluster without rollouts never loads the rollout modules
+    from reconciler.core.simulation.rollouts import RolloutPlay
+
 ACTOR = "simulate"
 """The actor the simulated rounds name on their intents and moves."""
 
@@ -84,6 +88,8 @@ class Decision:
     """The largest score spread the round saw, where the policy computes one."""
     unknown: bool = False
     """A VM's load was unknown to the round."""
+    busy: float = 0.0
+    """Seconds the round's rollout steps took before it planned: its moves start after."""
 
 
 class Decider(Protocol):
@@ -109,6 +115,10 @@ class RunDecider:
     book: PowerBook = field(default_factory=PowerBook)
     power_offs: int = 0
     power_ons: int = 0
+    rollout_step: float = 600.0
+    """Seconds a rollout's step that runs a command takes (``--rollout-step``)."""
+    rollouts: RolloutPlay | None = None
+    """The rollouts of ``desired`` as played so far (made at the first round)."""
     _last: Decision | None = None
 
     def decide(self, world: World, now: datetime) -> Decision:
@@ -120,18 +130,42 @@ class RunDecider:
         facts = observed_facts(
             self.desired, snapshot, self.status, now=now, actor=ACTOR, placement_changed_at=None
         )
+        act = self._acts(now)
+        busy = 0.0
+        if self.desired.rollouts:
+            holds, busy = self._rollouts(facts, world, now, act, holds)
         actions = next_actions(
-            facts, act=self._acts(now), holds=True, confirm=False, actor=ACTOR, now=now,
-            rollouts=holds,
-        )  # fmt: skip
+            facts, act=act, holds=True, confirm=False, actor=ACTOR, now=now, rollouts=holds
+        )
         world.stamped(first_seen_stamps(actions.snapshot, facts.history, now))
         plan = actions.plan
         spread = max((s.before for s in plan.spreads), default=None)
         unknown = bool(load_view.unknown(actions.snapshot).vms)
         moves = plan.moves if actions.act else []
-        self._last = Decision(moves, actions.planned, actions.snapshot, spread, unknown)
+        self._last = Decision(moves, actions.planned, actions.snapshot, spread, unknown, busy)
         self._plan = plan
         return self._last
+
+    def _rollouts(
+        self,
+        facts: ObservedFacts,
+        world: World,
+        now: datetime,
+        act: bool,
+        power: RolloutHolds | None,
+    ) -> tuple[RolloutHolds, float]:
+        """The rollouts carried on as ``run`` carries them in a round that acts on a cluster
+        observed completely once (else only looked at); power saving's hosts join what they
+        hold out, as in ``run``. What they hold, and the seconds their steps took."""
+        from reconciler.core.simulation.rollouts import RolloutPlay
+
+        if self.rollouts is None:
+            self.rollouts = RolloutPlay(step=self.rollout_step)
+        acts = act and facts.history.observed_since is not None
+        held, busy = self.rollouts.round(facts.desired, facts.snapshot, world, now, act=acts)
+        if power is not None and power.out:
+            held = replace(held, out=tuple(dict.fromkeys((*held.out, *power.out))))
+        return held, busy
 
     def _acts(self, now: datetime) -> bool:
         """Whether a round at ``now`` may move VMs: as ``run`` in apply mode decides it (only
@@ -169,6 +203,8 @@ class RunDecider:
 
     def after(self, results: list[MoveResult], now: datetime) -> None:
         assert self._last is not None
+        if self.rollouts is not None:
+            self.rollouts.after(results)
         facts = rounds.RoundFacts(
             plan=self._plan,
             snapshot=self._last.snapshot,
@@ -306,17 +342,18 @@ def _replay(
             tally.unknown_rounds += decision.unknown
             if decision.spread is not None:
                 tally.spread(decision.spread)
+            begins = t0 + decision.busy
             planned = flights(
                 decision.desired,
                 decision.snapshot,
                 decision.moves,
-                t0,
+                begins,
                 dirty,
                 admitted=decider.admitted,
             )
             results = [_result(world, f, trace.start, tally) for f in planned]
             running += [_where(world, f) for f in planned]
-            ends = max((f.end for f in planned), default=t0)
+            ends = max((f.end for f in planned), default=begins)
             decider.after(results, trace.start + timedelta(seconds=ends))
             next_round = max(t0 + interval.total_seconds(), ends)
             demand = world.demand(t0)
@@ -339,8 +376,13 @@ def _replay(
         running = _landed(world, running, t1, trace.start)
     figures = _figures(decider.name, tally, meter, total * tick)
     if isinstance(decider, RunDecider):
+        played = decider.rollouts.figures(trace.start) if decider.rollouts is not None else []
         figures = figures.model_copy(
-            update={"power_offs": decider.power_offs, "power_ons": decider.power_ons}
+            update={
+                "power_offs": decider.power_offs,
+                "power_ons": decider.power_ons,
+                "rollouts": played,
+            }
         )
     return figures
 

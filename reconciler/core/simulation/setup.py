@@ -60,7 +60,8 @@ def shape_of(text: str, kinds: Mapping[str, HostKind]) -> list[tuple[int, HostKi
 def shaped(
     desired: DesiredState, shape: Sequence[tuple[int, HostKind]]
 ) -> tuple[DesiredState, dict[str, HostKind]]:
-    """``desired`` on a what-if cluster of ``shape``: its policy and rules, no placement."""
+    """``desired`` on a what-if cluster of ``shape``: its policy and rules, no placement, no
+    rollout (a rollout names the cluster's own hosts)."""
     hosts: list[Host] = []
     kinds: dict[str, HostKind] = {}
     for count, kind in shape:
@@ -78,7 +79,11 @@ def shaped(
     empty = placement.model_copy(update={"spec": placement.spec.model_copy(update={"vms": {}})})
     return (
         desired.model_copy(
-            update={"cluster": cluster.model_copy(update={"spec": spec}), "placement": empty}
+            update={
+                "cluster": cluster.model_copy(update={"spec": spec}),
+                "placement": empty,
+                "rollouts": [],
+            }
         ),
         kinds,
     )
@@ -143,9 +148,11 @@ def simulated(
     where: Mapping[str, str] | None = None,
     realistic: bool = True,
     steps: int | None = None,
+    rollout_step: float = 600.0,
 ) -> SimulationReport:
     """Every policy on ``trace`` from the same start: the VMs where ``where`` says (a
-    snapshot), else where the first policy's ``place`` puts them."""
+    snapshot), else where the first policy's ``place`` puts them; each policy's rollouts
+    played, a step that runs a command taking ``rollout_step`` seconds."""
     if not policies:
         raise ValueError("no policy to simulate")
     first = policies[0][1]
@@ -167,7 +174,7 @@ def simulated(
         out.append(
             replay(
                 world,
-                RunDecider(desired, name=name),
+                RunDecider(desired, name=name, rollout_step=rollout_step),
                 meter,
                 interval=max(spec.interval, timedelta(seconds=trace.step)),
                 steps=steps,

@@ -83,6 +83,8 @@ class World:
         """Hosts powered off (standby): they draw nothing and take no VM."""
         self.booting: dict[int, float] = {}
         """Host -> seconds into the trace when its boot ends."""
+        self.off: set[int] = set()
+        """VMs shut off (a rollout's shutdown of VMs that cannot leave): they ask nothing."""
         self._spec = desired.policy.spec.load.model_copy(
             update={"sample_every": timedelta(seconds=trace.step)}
         )
@@ -114,8 +116,14 @@ class World:
         """Every VM's demand ``seconds`` into the trace: ``trace.at`` of each."""
         figures = self.step_figures(max(0, int(seconds // self.trace.step)))
         if None in figures:  # past the end of a row: its last figure
-            return [self.trace.at(i, seconds) for i in range(len(self.names))]
-        return figures  # type: ignore[return-value]
+            out = [self.trace.at(i, seconds) for i in range(len(self.names))]
+        elif not self.off:
+            return figures  # type: ignore[return-value]
+        else:
+            out = list(figures)  # type: ignore[arg-type]
+        for i in self.off:
+            out[i] = 0.0
+        return out
 
     def snapshot(self, now: datetime) -> Snapshot:
         """What a round observes at ``now``."""
@@ -135,7 +143,7 @@ class World:
                     name=VmName(spec.name),
                     uuid=self.uuids[i],
                     host=HostName(self.hosts[h]),
-                    state=VmRunState.RUNNING,
+                    state=VmRunState.SHUTOFF if i in self.off else VmRunState.RUNNING,
                     vcpus=spec.vcpus,
                     memory_max=spec.memory,
                     memory_current=spec.memory,
@@ -226,6 +234,21 @@ class World:
         self.host_of[vm] = target
         self.records[vm] = record
         self._templates[vm] = None
+
+    def shut_off(self, names: Sequence[str]) -> None:
+        """The VMs ``names`` shut off where they are (a rollout's shutdown)."""
+        self._switch(names, on=False)
+
+    def started(self, names: Sequence[str]) -> None:
+        """The VMs ``names`` started again where they are."""
+        self._switch(names, on=True)
+
+    def _switch(self, names: Sequence[str], *, on: bool) -> None:
+        for name in names:
+            i = self.vm_index.get(name)
+            if i is not None:
+                (self.off.discard if on else self.off.add)(i)
+                self._templates[i] = None
 
     def stamped(self, stamps: Sequence[tuple[VmState, ReconcilerState]]) -> None:
         """First sightings written on the VMs, as the engine writes them."""
