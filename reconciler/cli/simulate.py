@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from reconciler import config
@@ -28,6 +30,7 @@ from reconciler.cli.simulating import (
 )
 from reconciler.errors import ConfigError
 from reconciler.model.desired import DesiredState
+from reconciler.model.rollout import Rollout
 from reconciler.model.snapshot import Snapshot
 
 EPILOG = """\
@@ -42,6 +45,8 @@ comes first; --policy FILE adds another (its name is the file's), --base/--head 
 compares two revisions. Without --hosts the cluster is PATH's, as --snapshot FILE saw it
 (observe --format json); with --hosts a what-if cluster (400xG4,400xG5: kinds named in
 --kinds FILE, or the literature's G4 and G5), the VMs placed by `place` at the start.
+The folder's rollouts (rollouts/) play as run carries them out, and --rollout FILE adds one
+not merged yet: their commands are not run, each step that runs one takes --rollout-step.
 """
 
 
@@ -121,6 +126,23 @@ def register(sub: Subparsers) -> None:
         help="realistic: every host draws at least its idle watts; literature: a host with "
         "no VM draws nothing (as in CloudSim)",
     )
+    p.add_argument(
+        "--rollout",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a Rollout not merged yet, played with the folder's own rollouts (which are "
+        "always played; one of the same name is replaced; repeatable)",
+    )
+    p.add_argument(
+        "--rollout-step",
+        type=duration,
+        default=timedelta(minutes=10),
+        metavar="DURATION",
+        help="how long each rollout step that runs a command takes, at most its timeout "
+        "(default 10m; commands are not run)",
+    )
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--chart", type=Path, metavar="FILE.svg", help=CHART_HELP)
     usage_errors_exit_1(p)
@@ -150,6 +172,14 @@ def request(args: argparse.Namespace) -> SimulateRequest:
         raise ConfigError("--base and --head read revisions of a repository", hint="add --repo")
     if args.hosts is None and args.snapshot is None and args.kinds is not None:
         raise ConfigError("--kinds names the kinds of --hosts", hint="add --hosts SHAPE")
+    if args.rollout and args.hosts is not None:
+        raise ConfigError(
+            "--rollout takes the cluster's own hosts out, and a what-if cluster (--hosts) "
+            "has others",
+            hint="simulate the cluster as it is: --snapshot FILE instead of --hosts",
+        )
+    if args.rollout_step <= timedelta(0):
+        raise ConfigError("--rollout-step must be longer than 0s", hint="e.g. --rollout-step 10m")
     return SimulateRequest(
         path=args.path,
         trace=args.trace,
@@ -170,6 +200,8 @@ def request(args: argparse.Namespace) -> SimulateRequest:
         literature=args.power == "literature",
         format=args.format,
         chart=args.chart,
+        rollouts=tuple(args.rollout),
+        rollout_step=args.rollout_step,
     )
 
 
@@ -243,6 +275,31 @@ def _policies(
         out = [("current", config.load_desired(folder))]
     from reconciler.config.variants import load_with_policy
 
-    for policy in request.policies:
-        out.append((policy.stem, load_with_policy(folder, policy)))
-    return out, recorded
+    variants = [(p.stem, load_with_policy(folder, p)) for p in request.policies]
+    if request.rollouts or variants:
+        out, variants = _with_rollouts(folder, request.rollouts, out, variants)
+    return [*out, *variants], recorded
+
+
+def _with_rollouts(
+    folder: Path,
+    files: Sequence[Path],
+    own: list[tuple[str, DesiredState]],
+    variants: list[tuple[str, DesiredState]],
+) -> tuple[list[tuple[str, DesiredState]], list[tuple[str, DesiredState]]]:
+    """The rollouts each policy plays: a revision its own, a --policy file the folder's, and
+    the --rollout files (checked with the folder) with them, replacing one of the same name."""
+    from reconciler.config.variants import load_with_rollouts
+
+    played = load_with_rollouts(folder, files).rollouts
+    given = {r.metadata.name for r in played} if files else set()
+
+    def merged(d: DesiredState, base: Sequence[Rollout]) -> DesiredState:
+        by_name = {r.metadata.name: r for r in base}
+        by_name.update({r.metadata.name: r for r in played if r.metadata.name in given})
+        return d.model_copy(update={"rollouts": [by_name[n] for n in sorted(by_name)]})
+
+    return (
+        [(name, merged(d, d.rollouts)) for name, d in own],
+        [(name, merged(d, played)) for name, d in variants],
+    )

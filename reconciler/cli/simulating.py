@@ -41,6 +41,10 @@ class SimulateRequest:
     literature: bool
     format: str
     chart: Path | None
+    rollouts: tuple[Path, ...] = ()
+    """--rollout FILE: rollouts not merged yet, played with the cluster folder's own."""
+    rollout_step: timedelta = timedelta(minutes=10)
+    """--rollout-step: what a rollout's step that runs a command takes."""
 
 
 TRACE_HELP = (
@@ -195,6 +199,7 @@ def simulate(
             kinds,
             where=where,
             realistic=not request.literature,
+            rollout_step=request.rollout_step.total_seconds(),
         )
     except ValueError as err:
         raise ConfigError(str(err), hint="give more or larger hosts (--hosts)") from None

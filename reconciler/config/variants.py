@@ -1,14 +1,17 @@
 """A cluster folder read with another BalancePolicy in place of its own (``simulate
---policy FILE``): the policy file is checked with the folder, as ``validate`` would check it
-there, and its findings name the file given."""
+--policy FILE``), or with a rollout not merged yet (``simulate --rollout FILE``): the file is
+checked with the folder, as ``validate`` would check it there, and its findings name the file
+given."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from reconciler.config.folders import ROLLOUTS
 from reconciler.config.loader import load_desired
 from reconciler.errors import ConfigError, DocumentError, ValidationFailed
 from reconciler.model.desired import DesiredState
@@ -54,6 +57,68 @@ def load_with_policy(folder: Path, policy: Path) -> DesiredState:
             message = err.message.replace(str(work / "policy.yaml"), str(policy))
             message = message.replace(f"{work}/", f"{folder}/")
             raise ValidationFailed(message, err.findings) from None
+
+
+def load_with_rollouts(folder: Path, rollouts: Sequence[Path]) -> DesiredState:
+    """The desired state of ``folder`` with the Rollouts of the files ``rollouts`` among its
+    own (``simulate --rollout FILE``): each as ``rollouts/<its name>.yaml``, replacing the
+    folder's rollout of that name, checked with the folder as ``validate`` would check it
+    there; its findings name the file given."""
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder", hint="give the cluster folder")
+    with tempfile.TemporaryDirectory(prefix="reconciler-rollout-") as tmp:
+        work = Path(tmp) / folder.name
+        (work / ROLLOUTS).mkdir(parents=True)
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and path.suffix in (".yaml", ".yml"):
+                shutil.copyfile(path, work / path.name)
+        own = folder / ROLLOUTS
+        if own.is_dir() and not own.is_symlink():
+            for path in sorted(own.iterdir()):
+                if path.is_file() and path.suffix in (".yaml", ".yml"):
+                    shutil.copyfile(path, work / ROLLOUTS / path.name)
+        given: dict[Path, Path] = {}
+        for rollout in rollouts:
+            name = _rollout_name(rollout)
+            for suffix in (".yaml", ".yml"):
+                (work / ROLLOUTS / f"{name}{suffix}").unlink(missing_ok=True)
+            copy = work / ROLLOUTS / f"{name}.yaml"
+            if copy in given:
+                raise ConfigError(
+                    f"{rollout}: a second rollout named {name} (the first is {given[copy]})",
+                    hint="give each --rollout once",
+                )
+            shutil.copyfile(rollout, copy)
+            given[copy] = rollout
+        try:
+            return load_desired(work)
+        except ValidationFailed as err:
+            message = err.message
+            for copy, rollout in given.items():
+                message = message.replace(str(copy), str(rollout))
+            message = message.replace(f"{work}/", f"{folder}/")
+            raise ValidationFailed(message, err.findings) from None
+
+
+def _rollout_name(path: Path) -> str:
+    """``metadata.name`` of the one Rollout in the file ``path``; ConfigError naming the
+    file when it holds none."""
+    from reconciler.config.yaml_source import read_documents
+
+    hint = "give a file with just the rollout to simulate (kind: Rollout, metadata.name)"
+    try:
+        documents = read_documents(path, root=path.parent)
+    except DocumentError as err:
+        raise ConfigError(str(err), hint=hint) from None
+    kinds = [d.data.get("kind") for d in documents]
+    if kinds != ["Rollout"]:
+        shown = ", ".join(str(k) for k in kinds) or "no document"
+        raise ConfigError(f"{path}: holds {shown}, not one Rollout", hint=hint)
+    metadata = documents[0].data.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ConfigError(f"{path}: the rollout has no metadata.name", hint=hint)
+    return name
 
 
 def load_host_kinds(path: Path) -> HostKinds:
