@@ -20,7 +20,7 @@ from reconciler.report.simulation_report import (
     simulation_markdown,
     simulation_text,
 )
-from tests.core.builders import GIB, desired, host
+from tests.core.builders import GIB, desired, host, rule
 from tests.core.rollout_world import command, rollout
 from tests.core.test_simulation import trace
 
@@ -177,6 +177,46 @@ def test_a_rollout_waits_for_its_window_at_the_simulated_time() -> None:
     assert rolled.began == 3600.0
     assert min(seconds(r) for r in records) == 3600.0
     assert all(m.at >= 3600.0 for m in figures.moves)
+
+
+def test_a_vm_that_cannot_leave_is_shut_down_for_its_hosts_turn_and_asks_nothing() -> None:
+    pinned = rule(name="erp-pinned", type="pin", vms={"names": ["vm-0"]}, hosts={"names": ["h1"]})
+    base = cluster(immovable={"action": "shutdown"})
+    rules = base.rules.model_copy(
+        update={"spec": base.rules.spec.model_copy(update={"rules": [pinned]})}
+    )
+    d = base.model_copy(update={"rules": rules})
+    t = trace(ROWS)
+    world = World(d, t, {h: SMALL for h in HOSTS}, START_ON)
+    decider = RunDecider(d, rollout_step=STEP)
+    asked: list[tuple[float, float]] = []
+    """(time, vm-0's demand) of each step the meter counted."""
+
+    class Watching(Meter):
+        def interval(self, t0: float, t1: float, demand: Any, *rest: Any) -> None:
+            asked.append((t0, demand[0]))
+            super().interval(t0, t1, demand, *rest)
+
+    figures = replay(world, decider, Watching(), interval=timedelta(minutes=5))
+    assert decider.rollouts is not None
+    records = decider.rollouts.records["kernel"]
+    (rolled,) = figures.rollouts
+    assert (rolled.phase, rolled.rolled) == ("Done", 3)
+    assert all(m.vm != "vm-0" for m in figures.moves)
+
+    def ended(step: str) -> StepRecord:
+        return next(
+            r for r in records if (r.host, r.step, r.outcome) == ("h1", step, StepOutcome.SUCCEEDED)
+        )
+
+    shut, started = ended("shutdown"), ended("start")
+    assert (shut.vms, started.vms) == (["vm-0"], ["vm-0"])
+    # off from its shutdown until its start (h1's steps meanwhile), asking no CPU
+    off = [t for t, d in asked if d == 0.0]
+    assert off
+    assert off == [t for t, _ in asked if seconds(shut) <= t < seconds(started)]
+    assert seconds(started) - seconds(shut) >= 2 * STEP
+    assert not world.off  # started again where it was
 
 
 def test_the_same_inputs_give_the_same_report_byte_for_byte() -> None:

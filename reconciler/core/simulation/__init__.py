@@ -8,5 +8,6 @@
   move's duration from the busy-guest model, aborts;
 - :mod:`.meter` - what the hosts and VMs went through, step by step: overload, energy,
   performance lost to migrations;
+- :mod:`.rollouts` - the cluster's rollouts carried on in simulated time, as ``run`` carries them;
 - :mod:`.replay` - the loop: every interval ``core.next_actions`` decides, as in ``run``.
 """

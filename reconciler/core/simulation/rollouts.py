@@ -171,7 +171,8 @@ class RolloutPlay:
             self._record(
                 rollout, action.host, action.step, StepOutcome.STARTED, clock, vms=action.vms
             )
-            (world.started if on else world.shut_off)(action.vms)
+            at = (clock - world.trace.start).total_seconds()
+            (world.started if on else world.shut_off)(action.vms, at)
             snapshot = switched(snapshot, action.vms, on=on)
             done = ("started: " if on else "shut down: ") + ", ".join(action.vms)
             self._record(

@@ -18,6 +18,7 @@ window's points and the meter alike.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -83,8 +84,9 @@ class World:
         """Hosts powered off (standby): they draw nothing and take no VM."""
         self.booting: dict[int, float] = {}
         """Host -> seconds into the trace when its boot ends."""
-        self.off: set[int] = set()
-        """VMs shut off (a rollout's shutdown of VMs that cannot leave): they ask nothing."""
+        self.off: dict[int, tuple[float, float]] = {}
+        """VMs shut off (a rollout's shutdown of VMs that cannot leave): from and until when,
+        seconds into the trace (until: inf while not started again); they ask nothing."""
         self._spec = desired.policy.spec.load.model_copy(
             update={"sample_every": timedelta(seconds=trace.step)}
         )
@@ -113,7 +115,8 @@ class World:
         return got
 
     def demand(self, seconds: float) -> Sequence[float]:
-        """Every VM's demand ``seconds`` into the trace: ``trace.at`` of each."""
+        """Every VM's demand ``seconds`` into the trace: ``trace.at`` of each, nothing of a VM
+        shut off then."""
         figures = self.step_figures(max(0, int(seconds // self.trace.step)))
         if None in figures:  # past the end of a row: its last figure
             out = [self.trace.at(i, seconds) for i in range(len(self.names))]
@@ -121,13 +124,18 @@ class World:
             return figures  # type: ignore[return-value]
         else:
             out = list(figures)  # type: ignore[arg-type]
-        for i in self.off:
-            out[i] = 0.0
+        for i, (since, until) in self.off.items():
+            if since <= seconds < until:
+                out[i] = 0.0
         return out
 
     def snapshot(self, now: datetime) -> Snapshot:
         """What a round observes at ``now``."""
         seconds = (now - self.trace.start).total_seconds()
+        for i, (_, until) in list(self.off.items()):
+            if until <= seconds:  # started again since the last round
+                del self.off[i]
+                self._templates[i] = None
         memory_used = [0] * len(self.hosts)
         vms: list[VmState] = []
         demand = self.demand(max(0.0, seconds - self.trace.step))
@@ -235,19 +243,21 @@ class World:
         self.records[vm] = record
         self._templates[vm] = None
 
-    def shut_off(self, names: Sequence[str]) -> None:
-        """The VMs ``names`` shut off where they are (a rollout's shutdown)."""
-        self._switch(names, on=False)
-
-    def started(self, names: Sequence[str]) -> None:
-        """The VMs ``names`` started again where they are."""
-        self._switch(names, on=True)
-
-    def _switch(self, names: Sequence[str], *, on: bool) -> None:
+    def shut_off(self, names: Sequence[str], at: float) -> None:
+        """The VMs ``names`` shut off where they are, ``at`` seconds into the trace (a
+        rollout's shutdown), until :meth:`started`."""
         for name in names:
             i = self.vm_index.get(name)
             if i is not None:
-                (self.off.discard if on else self.off.add)(i)
+                self.off[i] = (at, math.inf)
+                self._templates[i] = None
+
+    def started(self, names: Sequence[str], at: float) -> None:
+        """The VMs ``names`` started again where they are, ``at`` seconds into the trace."""
+        for name in names:
+            i = self.vm_index.get(name)
+            if i is not None and i in self.off:
+                self.off[i] = (self.off[i][0], at)
                 self._templates[i] = None
 
     def stamped(self, stamps: Sequence[tuple[VmState, ReconcilerState]]) -> None:
