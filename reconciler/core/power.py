@@ -32,7 +32,7 @@ from reconciler.core.load_range import in_range
 from reconciler.core.power_need import shortfall, to_power_on
 from reconciler.core.rollout_vms import stuck_reason, with_hosts_out
 from reconciler.core.selectors import matches
-from reconciler.core.state import build
+from reconciler.core.state import State, build
 from reconciler.model.desired import DesiredState
 from reconciler.model.load import Statistic
 from reconciler.model.power import HostCapacity, PowerBook, PowerMode, PowerSpec, StandbyHost
@@ -267,21 +267,22 @@ def drainable(
     del now
     model, state = build(with_hosts_out(desired, sorted({*hosts, *asleep})), snapshot)
     index = {h.name: h.index for h in model.hosts}
+    on: dict[int, list[int]] = {}
+    for vm in model.vms:  # the hosts held out receive no VM below: this stays true
+        on.setdefault(state.host_of[vm.index], []).append(vm.index)
+    targets = range(len(model.hosts))
     left: set[str] = set()
     for host in sorted(hosts):
         h = index.get(host)
         if h is None:
             continue
-        vms = sorted(
-            (v.index for v in model.vms if state.host_of[v.index] == h),
-            key=lambda v: (-model.vms[v].memory, model.vms[v].name),
-        )
+        vms = sorted(on.get(h, ()), key=lambda v: (-model.vms[v].memory, model.vms[v].name))
         placed: list[int] = []
         for v in vms:
-            fits = [t.index for t in model.hosts if check_move(state, v, t.index) is None]
-            if not fits:
+            best = best_target(state, v, targets)
+            if best is None:
                 break
-            state.move(v, min(fits, key=lambda t: (state.score_with(t, v, 1), t)))
+            state.move(v, best)
             placed.append(v)
         if len(placed) == len(vms):
             left.add(host)
@@ -289,6 +290,14 @@ def drainable(
             for v in placed:  # counted where they are
                 state.move(v, h)
     return left
+
+
+def best_target(state: State, v: int, targets: Sequence[int]) -> int | None:
+    """Of ``targets``, the host VM ``v`` may move to where the score stays lowest (ties: the
+    lower index); None when it may move to none. The hosts are ranked by score and checked in
+    that order, the first that passes wins: scores are cheap, the checks are not."""
+    ranked = sorted(targets, key=lambda t: (state.score_with(t, v, 1), t))
+    return next((t for t in ranked if check_move(state, v, t) is None), None)
 
 
 def _age(delta: timedelta) -> str:
