@@ -45,7 +45,8 @@ def plainly(d: DesiredState, snap: Snapshot, hosts: set[str], asleep: set[str]) 
     return left
 
 
-cluster = st.integers(3, 8).flatmap(
+Case = tuple[int, list[int], list[tuple[int, int, int, float]], set[int], set[int]]
+cluster: st.SearchStrategy[Case] = st.integers(3, 8).flatmap(
     lambda n: st.tuples(
         st.just(n),
         st.lists(st.sampled_from([8, 12, 16]), min_size=n, max_size=n),  # GiB per host (ties)
@@ -66,7 +67,7 @@ cluster = st.integers(3, 8).flatmap(
 
 @settings(max_examples=300, deadline=None)
 @given(cluster)
-def test_the_hosts_found_drainable_are_those_the_plain_rule_finds(case: tuple) -> None:  # type: ignore[type-arg]
+def test_the_hosts_found_drainable_are_those_the_plain_rule_finds(case: Case) -> None:
     n, memory, vms, candidates, asleep = case
     names = [f"h{i}" for i in range(n)]
     d = desired([host(h) for h in names])
@@ -83,8 +84,8 @@ def test_the_hosts_found_drainable_are_those_the_plain_rule_finds(case: tuple) -
 @settings(max_examples=300, deadline=None)
 @given(cluster, st.data())
 def test_the_target_chosen_is_the_lowest_score_feasible_host(
-    case: tuple, data: st.DataObject
-) -> None:  # type: ignore[type-arg]
+    case: Case, data: st.DataObject
+) -> None:
     n, memory, vms, candidates, asleep = case
     names = [f"h{i}" for i in range(n)]
     d = desired([host(h) for h in names])
