@@ -100,6 +100,39 @@ def figure(spans: Iterable[Span], start: float, end: float, statistic: Statistic
         inside = min(s.end, end) - max(s.start, start)
         if inside > 0:
             clipped.append((s.rate, inside))
+    return _of_clipped(clipped, length, statistic)
+
+
+def figure_of_points(
+    points: Sequence[tuple[float, float]],
+    step: float,
+    start: float,
+    end: float,
+    statistic: Statistic,
+) -> Figure:
+    """``figure(spans_of_points(points, step), start, end, statistic)``, to the bit, without
+    making a span per point: a round reads the window of every VM (15,000 at 1,000 hosts).
+    Points already in order (the usual case) are not sorted again: ``sorted`` would find them
+    one run and leave them as they are."""
+    length = end - start
+    if length <= 0:
+        return Figure(None, 0.0)
+    ordered: Sequence[tuple[float, float]] = points
+    for i in range(1, len(points)):
+        if points[i] < points[i - 1]:  # the comparison sorted() makes to find a run
+            ordered = sorted(points)
+            break
+    clipped: list[tuple[float, float]] = []  # (rate, seconds inside the window)
+    for t, v in ordered:
+        if not (math.isfinite(v) and v >= 0 and math.isfinite(t)):
+            continue
+        inside = min(t, end) - max(t - step, start)
+        if inside > 0:
+            clipped.append((v, inside))
+    return _of_clipped(clipped, length, statistic)
+
+
+def _of_clipped(clipped: list[tuple[float, float]], length: float, statistic: Statistic) -> Figure:
     covered = sum(d for _, d in clipped)
     share = min(1.0, covered / length)
     if share < MIN_COVERED or not clipped:
