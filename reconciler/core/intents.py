@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from reconciler.core import backoff
+from reconciler.model.base import fields_of
 from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
@@ -118,6 +119,15 @@ def _foreign(
 ) -> dict[str, str]:
     """VM name -> the line of its live intent of another actor (``foreign``); without
     ``flying_counts``, of its intent written within ``FOREIGN_LIVE`` alone."""
+    theirs = [
+        (vm, intent)
+        for vm in snapshot.vms
+        if (intent := fields_of(fields_of(vm)["reconciler"])["intent"]) is not None
+        and intent.actor is not None
+        and intent.actor != actor
+    ]
+    if not theirs:  # the common case: no other actor's intent, no sighting counted
+        return {}
     flying: set[str] = set()
     if flying_counts:
         seen: dict[str, int] = {}
@@ -125,10 +135,7 @@ def _foreign(
             seen[vm.name] = seen.get(vm.name, 0) + 1
         flying = {f.name for f in snapshot.in_flight} | {n for n, c in seen.items() if c > 1}
     out: dict[str, str] = {}
-    for vm in snapshot.vms:
-        intent = vm.reconciler.intent
-        if intent is None or intent.actor is None or intent.actor == actor:
-            continue
+    for vm, intent in theirs:
         if vm.name in flying or now - intent.started_at < FOREIGN_LIVE:
             out[vm.name] = (
                 f"{intent.actor} is moving {vm.name} {intent.source} -> {intent.target} "
@@ -143,6 +150,15 @@ def resolved(
     """``snapshot`` with every settled intent resolved, and the records to write for them; a
     live intent of another actor than ``actor`` (``foreign``) is not settled, nor one of its
     stopped moves' shapes while its intent is younger than ``FOREIGN_LIVE``."""
+    # Only a VM with an intent on one of its sightings has anything to settle: the others
+    # (all of them, most rounds) are not grouped by name at all.
+    named = {
+        fields_of(vm)["name"]
+        for vm in snapshot.vms
+        if fields_of(fields_of(vm)["reconciler"])["intent"] is not None
+    }
+    if not named:
+        return snapshot, []
     live = _foreign(snapshot, actor, now)
     # A stopped move's shapes are on two hosts by nature: another actor's is left alone while
     # its intent is young (that actor may be between two of its steps), and settled as any
@@ -150,7 +166,8 @@ def resolved(
     young = _foreign(snapshot, actor, now, flying_counts=False)
     sightings: dict[str, list[VmState]] = {}
     for vm in snapshot.vms:
-        sightings.setdefault(vm.name, []).append(vm)
+        if vm.name in named:
+            sightings.setdefault(vm.name, []).append(vm)
     in_flight = {f.name for f in snapshot.in_flight}
     out: list[Resolution] = []
     replaced: dict[tuple[str, str], VmState] = {}
