@@ -62,6 +62,8 @@ def found(snapshot: Snapshot) -> list[Duplicate]:
         by_uuid.setdefault(vm.uuid, []).append(vm)
     out: list[Duplicate] = []
     for uuid, copies in by_uuid.items():
+        if len(copies) < 2:
+            continue  # seen once, on one host: nearly every VM, not looked at further
         hosts = {v.host for v in copies}
         if len(hosts) < 2:
             continue

@@ -87,15 +87,22 @@ def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapsho
     vms: list[VmState] = []
     changed = False
     for seen in snapshot.vms:
-        vm, r = seen, seen.reconciler
+        vm, r = seen, fields_of(seen)["reconciler"]
+        f = fields_of(r)  # read as a dict: this runs on every VM of every round
+        first_seen, moved_at, failure, intent = (
+            f["first_seen"],
+            f["last_moved_at"],
+            f["last_failure"],
+            f["intent"],
+        )
         update: dict[str, object] = {}
-        if r.first_seen is not None and r.first_seen > limit:
+        if first_seen is not None and first_seen > limit:
             update["first_seen"] = None
-        if r.last_moved_at is not None and r.last_moved_at > limit:
+        if moved_at is not None and moved_at > limit:
             update |= {"last_moved_at": None, "last_moved_from": None, "last_moved_to": None}
-        if r.last_failure is not None and r.last_failure.at > limit:
+        if failure is not None and failure.at > limit:
             update["last_failure"] = None
-        if r.intent is not None and r.intent.started_at > limit:
+        if intent is not None and intent.started_at > limit:
             update["intent"] = None
         if update:
             changed = True

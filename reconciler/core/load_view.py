@@ -53,7 +53,7 @@ def _active(vm: VmState) -> bool:
 
 
 _NO_FIGURE = Figure(None, 0.0)
-_VM_LOAD_FIELDS = tuple(VmLoad.model_fields)
+_VM_LOAD_FIELDS = frozenset(VmLoad.model_fields)
 
 
 def with_cpu(vm: VmState, cpu_used: float | None) -> VmState:
@@ -86,14 +86,25 @@ def vm_load(
     when each value is a float its field accepts as it is (or None where allowed), it is
     built without running the validator (a round makes one per VM); any other value goes
     through validation (which converts an int, or refuses a value out of range)."""
-    values = (now, window, covered, forecast, forecast_error, mean)
     if (
         type(covered) is float
         and 0.0 <= covered <= 1.0
-        and all(v is None or (type(v) is float and v >= 0.0) for v in values)
+        and (now is None or (type(now) is float and now >= 0.0))
+        and (window is None or (type(window) is float and window >= 0.0))
+        and (forecast is None or (type(forecast) is float and forecast >= 0.0))
+        and (forecast_error is None or (type(forecast_error) is float and forecast_error >= 0.0))
+        and (mean is None or (type(mean) is float and mean >= 0.0))
     ):
         out = VmLoad.__new__(VmLoad)
-        object.__setattr__(out, "__dict__", dict(zip(_VM_LOAD_FIELDS, values, strict=True)))
+        values = {
+            "now": now,
+            "window": window,
+            "covered": covered,
+            "forecast": forecast,
+            "forecast_error": forecast_error,
+            "mean": mean,
+        }
+        object.__setattr__(out, "__dict__", values)
         object.__setattr__(out, "__pydantic_fields_set__", set(_VM_LOAD_FIELDS))
         object.__setattr__(out, "__pydantic_extra__", None)
         object.__setattr__(out, "__pydantic_private__", None)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core import backoff, intents
+from reconciler.core import backoff, duplicates, intents
 from reconciler.model.snapshot import (
     FailedMove,
     InFlight,
@@ -26,7 +26,7 @@ from reconciler.model.snapshot import (
     VmRunState,
     VmState,
 )
-from reconciler.model.status import MoveResult
+from reconciler.model.status import Duplicate, MoveResult
 from tests.core.builders import NOW, host_state
 from tests.core.builders import vm as a_vm
 
@@ -152,6 +152,55 @@ def straight_resolved(
     return snapshot.model_copy(update={"vms": vms, "in_flight": flights}), out
 
 
+def straight_found(snapshot: Snapshot) -> list[Duplicate]:
+    """The VMs of ``snapshot`` running on two hosts, then those defined on two, by name."""
+    by_uuid: dict[str, list[VmState]] = {}
+    for vm in snapshot.vms:
+        by_uuid.setdefault(vm.uuid, []).append(vm)
+    out: list[Duplicate] = []
+    for uuid, copies in by_uuid.items():
+        hosts = {v.host for v in copies}
+        if len(hosts) < 2:
+            continue
+        names = "/".join(sorted({v.name for v in copies}))
+        running: list[str] = sorted({v.host for v in copies if duplicates.live(v)})
+        if len(running) > 1:
+            out.append(Duplicate(vm=names, uuid=uuid, hosts=running, running=True))
+            continue
+        defined: list[str] = sorted({v.host for v in copies if v.persistent})
+        if len(defined) > 1 and not duplicates._moving(copies):
+            out.append(Duplicate(vm=names, uuid=uuid, hosts=defined, running=False))
+    return sorted(out, key=lambda d: (not d.running, d.vm, d.uuid))
+
+
+def straight_without_future_records(
+    snapshot: Snapshot, limit: datetime
+) -> tuple[Snapshot, list[str]]:
+    """``snapshot`` with every record time after ``limit`` dropped, and a line per drop."""
+    lines: list[str] = []
+    vms: list[VmState] = []
+    changed = False
+    for seen in snapshot.vms:
+        vm, r = seen, seen.reconciler
+        update: dict[str, object] = {}
+        if r.first_seen is not None and r.first_seen > limit:
+            update["first_seen"] = None
+        if r.last_moved_at is not None and r.last_moved_at > limit:
+            update |= {"last_moved_at": None, "last_moved_from": None, "last_moved_to": None}
+        if r.last_failure is not None and r.last_failure.at > limit:
+            update["last_failure"] = None
+        if r.intent is not None and r.intent.started_at > limit:
+            update["intent"] = None
+        if update:
+            changed = True
+            lines.append(f"{vm.name} on {vm.host}: {', '.join(sorted(update))}")
+            vm = vm.model_copy(update={"reconciler": r.model_copy(update=update)})
+        vms.append(vm)
+    if not changed:
+        return snapshot, []
+    return snapshot.model_copy(update={"vms": vms}), lines
+
+
 HOSTS = ("h0", "h1", "h2")
 
 
@@ -170,7 +219,7 @@ def sightings(draw: st.DrawFn) -> Snapshot:
                 plan_id=draw(st.sampled_from([None, "p"])),
                 source=source,
                 target=target,
-                started_at=NOW - timedelta(minutes=draw(st.integers(min_value=0, max_value=30))),
+                started_at=NOW - timedelta(minutes=draw(st.integers(min_value=-5, max_value=30))),
                 reason=draw(st.sampled_from([None, "Balance"])),
                 actor=draw(st.sampled_from([None, "me", "other"])),
             )
@@ -182,7 +231,9 @@ def sightings(draw: st.DrawFn) -> Snapshot:
                         st.sampled_from([None, "migrated", "post-copy", intents.POST_COPY_FAILED])
                     ),
                     "reconciler": ReconcilerState(
-                        intent=intent if draw(st.booleans()) or len(hosts) == 1 else None
+                        intent=intent if draw(st.booleans()) or len(hosts) == 1 else None,
+                        first_seen=draw(st.sampled_from([None, NOW, NOW - timedelta(hours=1)])),
+                        last_moved_at=draw(st.sampled_from([None, NOW + timedelta(minutes=9)])),
                     ),
                 }
             )
@@ -210,3 +261,17 @@ def test_resolved_is_what_resolving_every_vm_gives(snapshot: Snapshot, actor: st
     assert intents.foreign(snapshot, actor, NOW) == sorted(
         set(straight_foreign(snapshot, actor, NOW).values())
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(sightings(), st.integers(min_value=-10, max_value=40))
+def test_records_dated_later_and_duplicates_are_what_reading_every_vm_gives(
+    snapshot: Snapshot, minutes: int
+) -> None:
+    limit = NOW - timedelta(minutes=minutes)
+    fast, fast_lines = intents.without_future_records(snapshot, limit)
+    slow, slow_lines = straight_without_future_records(snapshot, limit)
+    assert fast_lines == slow_lines
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert (fast is snapshot) == (slow is snapshot)
+    assert duplicates.found(snapshot) == straight_found(snapshot)
