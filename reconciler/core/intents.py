@@ -39,7 +39,6 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from reconciler.core import backoff
-from reconciler.model.base import fields_of
 from reconciler.model.plan import Unsatisfiable, UnsatisfiableCode
 from reconciler.model.snapshot import (
     FailedMove,
@@ -87,22 +86,15 @@ def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapsho
     vms: list[VmState] = []
     changed = False
     for seen in snapshot.vms:
-        vm, r = seen, fields_of(seen)["reconciler"]
-        f = fields_of(r)  # read as a dict: this runs on every VM of every round
-        first_seen, moved_at, failure, intent = (
-            f["first_seen"],
-            f["last_moved_at"],
-            f["last_failure"],
-            f["intent"],
-        )
+        vm, r = seen, seen.reconciler
         update: dict[str, object] = {}
-        if first_seen is not None and first_seen > limit:
+        if r.first_seen is not None and r.first_seen > limit:
             update["first_seen"] = None
-        if moved_at is not None and moved_at > limit:
+        if r.last_moved_at is not None and r.last_moved_at > limit:
             update |= {"last_moved_at": None, "last_moved_from": None, "last_moved_to": None}
-        if failure is not None and failure.at > limit:
+        if r.last_failure is not None and r.last_failure.at > limit:
             update["last_failure"] = None
-        if intent is not None and intent.started_at > limit:
+        if r.intent is not None and r.intent.started_at > limit:
             update["intent"] = None
         if update:
             changed = True
@@ -129,7 +121,7 @@ def _foreign(
     theirs = [
         (vm, intent)
         for vm in snapshot.vms
-        if (intent := fields_of(fields_of(vm)["reconciler"])["intent"]) is not None
+        if (intent := vm.reconciler.intent) is not None
         and intent.actor is not None
         and intent.actor != actor
     ]
@@ -159,11 +151,7 @@ def resolved(
     stopped moves' shapes while its intent is younger than ``FOREIGN_LIVE``."""
     # Only a VM with an intent on one of its sightings has anything to settle: the others
     # (all of them, most rounds) are not grouped by name at all.
-    named = {
-        fields_of(vm)["name"]
-        for vm in snapshot.vms
-        if fields_of(fields_of(vm)["reconciler"])["intent"] is not None
-    }
+    named = {vm.name for vm in snapshot.vms if vm.reconciler.intent is not None}
     if not named:
         return snapshot, []
     live = _foreign(snapshot, actor, now)
