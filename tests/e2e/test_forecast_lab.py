@@ -5,10 +5,11 @@ Two lab hosts and three workload guests with the lab's Prometheus (``lab up --wo
 --metrics``). ``web-1`` follows a schedule (the code ``lab load --schedule`` runs, in a thread):
 10% of its vCPU, 95% from the 4th to the 7th minute of every 10. ``web-2`` (30%) shares its
 host, ``web-3`` (30%) is on the other: the hosts are within the threshold except at the peak,
-where only a move of ``web-2`` balances them. ``reconciler run`` in apply mode on the lab's
-Prometheus (``basis: used``, ``statistic: forecast``, ``period: 10m``, ``history: 1h``,
-``horizon: 3m``, ``weight: 1``) for three cycles; after each of the first two peaks a person
-puts every guest back where it started (placement.yaml, which run carries out).
+which a guest leaving kvm-01 meets (``web-2``, or ``web-1`` itself before its peak).
+``reconciler run`` in apply mode on the lab's Prometheus (``basis: used``, ``statistic:
+forecast``, ``period: 10m``, ``history: 1h``, ``horizon: 3m``, ``weight: 1``) for three
+cycles; after each of the first two peaks a person puts every guest back where it started
+(placement.yaml, which run carries out).
 
 - Cycle 1: web-1 has too little history for a forecast (less than two periods): balance reads
   the window and moves a guest only once the peak has begun (the control).
@@ -377,7 +378,9 @@ def test_the_peak_of_a_10_minute_day_is_met_by_a_move_before_it_begins(
     ), f"a move {third + PEAK_FROM - at:.0f} s before the peak: earlier than its horizon"
     assert at < peak_at, f"the move came {at - peak_at:.0f} s after the peak began: {made}"
     assert at < rose3, f"the move came {at - rose3:.0f} s after web-1's CPU rose: {made}"
-    assert (vm, source) == (SHARING, START[PEAKY]), made
+    # a guest leaves the host where the peak comes: web-2, or web-1 itself before its peak
+    assert source == START[PEAKY], made
+    assert vm in (PEAKY, SHARING), made
     # plan, meanwhile, listed that move as made ahead of time
     listed = plans.ahead(before=at)
     assert any(
