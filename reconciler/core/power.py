@@ -270,7 +270,9 @@ def drainable(
     on: dict[int, list[int]] = {}
     for vm in model.vms:  # the hosts held out receive no VM below: this stays true
         on.setdefault(state.host_of[vm.index], []).append(vm.index)
-    targets = range(len(model.hosts))
+    # hosts no VM may move to, whichever (unreachable, held out: those asleep or emptied,
+    # which score lowest) are left out of every ranking: check_move refuses them first
+    targets = [h.index for h in model.hosts if h.known and not h.maintenance]
     left: set[str] = set()
     for host in sorted(hosts):
         h = index.get(host)
@@ -296,6 +298,9 @@ def best_target(state: State, v: int, targets: Sequence[int]) -> int | None:
     """Of ``targets``, the host VM ``v`` may move to where the score stays lowest (ties: the
     lower index); None when it may move to none. The hosts are ranked by score and checked in
     that order, the first that passes wins: scores are cheap, the checks are not."""
+    required = [r for r in state.model.rules.host_rules[v] if r.required]
+    if required:  # hosts its required host rules keep it off: refused whatever the load
+        targets = [t for t in targets if all(r.permits(t) for r in required)]
     ranked = sorted(targets, key=lambda t: (state.score_with(t, v, 1), t))
     return next((t for t in ranked if check_move(state, v, t) is None), None)
 

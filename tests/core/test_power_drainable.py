@@ -14,8 +14,34 @@ from reconciler.core.power import best_target, drainable
 from reconciler.core.rollout_vms import with_hosts_out
 from reconciler.core.state import build
 from reconciler.model.desired import DesiredState
+from reconciler.model.rules import HostAffinityRule
 from reconciler.model.snapshot import Snapshot
 from tests.core.builders import NOW, desired, host, host_state, snapshot, vm
+
+FAST_ON_BIG = HostAffinityRule.model_validate(
+    {
+        "name": "fast-on-big",
+        "type": "hostAffinity",
+        "vms": {"labels": {"speed": "fast"}},
+        "hosts": {"labels": {"kind": "big"}},
+    }
+)
+
+
+def made(case: Case) -> tuple[DesiredState, Snapshot, list[str]]:
+    """Hosts of even index are ``big``; every third VM is ``fast`` and must run on a big one
+    (a required host rule, as the PlanetLab set-up's)."""
+    n, memory, vms, _, _ = case
+    names = [f"h{i}" for i in range(n)]
+    kinds = {h: {"kind": "big" if i % 2 == 0 else "small"} for i, h in enumerate(names)}
+    d = desired([host(h, labels=kinds[h]) for h in names], rules=[FAST_ON_BIG])
+    snap = snapshot(
+        [host_state(h, memory_gib=memory[i]) for i, h in enumerate(names)],
+        [vm(f"v{i:02d}", names[h], memory_gib=m, vcpus=c, cpu_used=u,
+            labels={"speed": "fast"} if i % 3 == 0 else {})
+         for i, (h, m, c, u) in enumerate(vms)],
+    )  # fmt: skip
+    return d, snap, names
 
 
 def plainly(d: DesiredState, snap: Snapshot, hosts: set[str], asleep: set[str]) -> set[str]:
@@ -68,14 +94,8 @@ cluster: st.SearchStrategy[Case] = st.integers(3, 8).flatmap(
 @settings(max_examples=300, deadline=None)
 @given(cluster)
 def test_the_hosts_found_drainable_are_those_the_plain_rule_finds(case: Case) -> None:
-    n, memory, vms, candidates, asleep = case
-    names = [f"h{i}" for i in range(n)]
-    d = desired([host(h) for h in names])
-    snap = snapshot(
-        [host_state(h, memory_gib=memory[i]) for i, h in enumerate(names)],
-        [vm(f"v{i:02d}", names[h], memory_gib=m, vcpus=c, cpu_used=u)
-         for i, (h, m, c, u) in enumerate(vms)],
-    )  # fmt: skip
+    _, _, _, candidates, asleep = case
+    d, snap, names = made(case)
     hosts = {names[i] for i in candidates}
     sleeping = {names[i] for i in asleep} - hosts
     assert drainable(d, snap, hosts, sleeping, NOW) == plainly(d, snap, hosts, sleeping)
@@ -86,14 +106,8 @@ def test_the_hosts_found_drainable_are_those_the_plain_rule_finds(case: Case) ->
 def test_the_target_chosen_is_the_lowest_score_feasible_host(
     case: Case, data: st.DataObject
 ) -> None:
-    n, memory, vms, candidates, asleep = case
-    names = [f"h{i}" for i in range(n)]
-    d = desired([host(h) for h in names])
-    snap = snapshot(
-        [host_state(h, memory_gib=memory[i]) for i, h in enumerate(names)],
-        [vm(f"v{i:02d}", names[h], memory_gib=m, vcpus=c, cpu_used=u)
-         for i, (h, m, c, u) in enumerate(vms)],
-    )  # fmt: skip
+    _, _, _, candidates, asleep = case
+    d, snap, names = made(case)
     out = sorted({names[i] for i in candidates | asleep})
     model, state = build(with_hosts_out(d, out), snap)
     if not model.vms:
