@@ -8,6 +8,7 @@ teardown also checks that no process of it is left and that its folder is gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -136,3 +137,19 @@ def migrate_plainly(
         )
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def workload_lab(folder: Path, workload: str, **kwargs: object) -> Iterator[Lab]:
+    """A lab of its own under ``folder`` whose guests do what ``workload`` (the YAML of ``lab up
+    --workload FILE``) declares, with ``start_lab``'s other ``kwargs``; stopped and checked at
+    the end."""
+    (folder / "workload.yaml").write_text(workload)
+    directory = folder / "lab"
+    started = start_lab_or_skip(
+        directory, workload=True, workload_file=folder / "workload.yaml", **kwargs
+    )
+    try:
+        yield started
+    finally:
+        stop_and_check(directory)

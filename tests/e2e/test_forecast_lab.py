@@ -48,7 +48,7 @@ from reconciler.adapters.lab.workload import follow, parse_schedule
 from reconciler.adapters.prometheus.client import PrometheusClient
 from reconciler.model.load import PrometheusSpec
 from tests.e2e.test_apply_cli import assert_settled, domains
-from tests.lab_fixtures import migrate_plainly, start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import migrate_plainly, workload_lab
 from tests.net import free_port
 
 pytestmark = [pytest.mark.lab, pytest.mark.long]
@@ -120,25 +120,13 @@ def placement(where: dict[str, str]) -> str:
 
 @pytest.fixture
 def cyclic_lab(tmp_path: Path) -> Iterator[Lab]:
-    (tmp_path / "workload.yaml").write_text(WORKLOAD)
-    directory = tmp_path / "lab"
-    started = start_lab_or_skip(
-        directory,
-        hosts=2,
-        vms=3,
-        workload=True,
-        workload_file=tmp_path / "workload.yaml",
-        metrics=True,
-    )
-    try:
-        where = assert_settled(started)
+    with workload_lab(tmp_path, WORKLOAD, hosts=2, vms=3, metrics=True) as lab:
+        where = assert_settled(lab)
         for vm, host in sorted(START.items()):
             if where[vm] != host:
-                migrate_plainly(started, vm, where[vm], host)
-        assert assert_settled(started) == START
-        yield started
-    finally:
-        stop_and_check(directory)
+                migrate_plainly(lab, vm, where[vm], host)
+        assert assert_settled(lab) == START
+        yield lab
 
 
 # --- what libvirt and Prometheus say ---------------------------------------------------------

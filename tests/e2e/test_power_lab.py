@@ -31,7 +31,7 @@ from reconciler.adapters.lab.bmc import Fault, bmc_dir, read_env, set_bmc
 from reconciler.adapters.power.redfish import RedfishPower
 from reconciler.config import load_desired
 from reconciler.model.recovery import PowerState
-from tests.lab_fixtures import migrate_plainly, start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import migrate_plainly, workload_lab
 from tests.net import free_port
 
 libvirt = pytest.importorskip("libvirt")
@@ -70,30 +70,19 @@ NO_PLACEMENT += "spec:\n  vms: {}\n"
 
 @pytest.fixture
 def bmc_lab(tmp_path: Path) -> Iterator[Lab]:
-    (tmp_path / "workload.yaml").write_text(WORKLOAD)
-    directory = tmp_path / "lab"
-    started = start_lab_or_skip(
-        directory,
-        hosts=3,
-        vms=len(VMS),
-        workload=True,
-        workload_file=tmp_path / "workload.yaml",
-        bmc=True,
-        boot_seconds=3,
-    )
-    try:
-        folder = started.cluster_dir
+    with workload_lab(tmp_path, WORKLOAD, hosts=3, vms=len(VMS), bmc=True, boot_seconds=3) as lab:
+        folder = lab.cluster_dir
         (folder / "policy.yaml").write_text(POLICY)
         (folder / "rules.yaml").write_text(EMPTY_RULES)
         (folder / "placement.yaml").write_text(NO_PLACEMENT)
         rewrite_file(
             folder / "cluster.yaml", lambda t: t.replace("bootTimeout: 2m", "bootTimeout: 40s")
         )
-        yield started
-    finally:
-        for host in started.hosts:  # a host left off by a failed test is started for lab down
-            set_bmc(directory, host.name, fault="none")
-        stop_and_check(directory)
+        try:
+            yield lab
+        finally:  # no BMC left hanging or refusing while the lab is stopped
+            for host in lab.hosts:
+                set_bmc(Path(lab.dir), host.name, fault="none")
 
 
 # --- what libvirt and the BMCs say ---------------------------------------------------------

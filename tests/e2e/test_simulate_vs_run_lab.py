@@ -28,7 +28,7 @@ import pytest
 from reconciler.adapters import lab as lab_api
 from reconciler.adapters.lab import Lab
 from tests.e2e.test_apply_cli import assert_settled
-from tests.lab_fixtures import start_lab_or_skip, stop_and_check
+from tests.lab_fixtures import workload_lab
 from tests.net import free_port
 
 libvirt = pytest.importorskip("libvirt")
@@ -77,18 +77,8 @@ SHIFTS = ((0.35, "web-1", 2), (0.35, "db-1", 30), (0.65, "web-2", 2), (0.65, "we
 
 @pytest.fixture
 def metered_lab(tmp_path: Path) -> Iterator[Lab]:
-    (tmp_path / "workload.yaml").write_text(WORKLOAD)
-    directory = tmp_path / "lab"
-    started = start_lab_or_skip(
-        directory,
-        hosts=2,
-        vms=5,
-        workload=True,
-        workload_file=tmp_path / "workload.yaml",
-        metrics=True,
-    )
-    yield started
-    stop_and_check(directory)
+    with workload_lab(tmp_path, WORKLOAD, hosts=2, vms=5, metrics=True) as lab:
+        yield lab
 
 
 def placement(lab: Lab) -> dict[str, str]:
