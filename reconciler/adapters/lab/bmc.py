@@ -78,14 +78,6 @@ def _htpasswd(path: Path, password: str) -> None:
     path.write_text(f"{USER}:{digest}\n")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_bmcs(lab: Lab, setsid: str, *, boot_seconds: float = DEFAULT_BOOT_SECONDS) -> Lab:
     """Start a BMC for every host of ``lab``; the lab with their ports. Returns once each
     answers; LabError with the end of its log when one does not."""
@@ -94,7 +86,7 @@ def start_bmcs(lab: Lab, setsid: str, *, boot_seconds: float = DEFAULT_BOOT_SECO
     env = Path(lab.dir) / ENV_FILE
     env.touch(mode=0o600)
     env.write_text(f"{USER_VAR}={USER}\n{PASSWORD_VAR}={password}\n")
-    hosts = [replace(h, bmc_port=_free_port()) for h in lab.hosts]
+    hosts = [replace(h, bmc_port=processes.free_port()) for h in lab.hosts]
     for host in hosts:
         folder = bmc_dir(host)
         folder.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,6 @@ processes those pid files name, after checking their command lines.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import replace
@@ -83,12 +82,6 @@ def prometheus_config(lab: Lab) -> str:
     return header + yaml.safe_dump(config, sort_keys=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _exporter_marker(host: LabHost) -> str:
     return f"--libvirt.uri={host.uri}"
 
@@ -101,8 +94,8 @@ def start_metrics(lab: Lab, binaries: dict[str, str]) -> Lab:
     """
     folder = Path(lab.dir) / FOLDER
     (folder / "data").mkdir(parents=True, exist_ok=True)
-    hosts = [replace(h, exporter_port=_free_port()) for h in lab.hosts]
-    lab = replace(lab, hosts=hosts, prometheus_port=_free_port())
+    hosts = [replace(h, exporter_port=processes.free_port()) for h in lab.hosts]
+    lab = replace(lab, hosts=hosts, prometheus_port=processes.free_port())
     for host in hosts:
         _spawn(
             binaries,

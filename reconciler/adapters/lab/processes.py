@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -142,6 +143,13 @@ def spawn(setsid: str, argv: list[str], *, pidfile: Path, log: Path, timeout: fl
             raise TimeoutError(f"{argv[0]} wrote no pid file {pidfile}")
         time.sleep(0.01)
     return pid
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on at the time of the call."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def lab_processes(directory: Path) -> list[int]:
