@@ -108,6 +108,9 @@ class LoopSettings:
     """Consecutive failed attempts before /healthz answers 503."""
     standby_poll: float = 2.0
     """How often a standby looks whether it became the leader (the keeper wakes it anyway)."""
+    unconfirmed_retry: float = 5.0
+    """Seconds before the round after one that could not confirm the lease (a push race, a
+    remote that did not answer); doubled after each such round in a row, up to backoff_max."""
 
 
 @dataclass
@@ -143,6 +146,8 @@ class Loop:
     _mode: Mode | None = None
     _due_reason: str = "start"
     _rollout_due: datetime | None = None
+    _unconfirmed: int = 0
+    """Rounds in a row that should have acted but could not confirm the lease."""
     """When a rollout in progress asked to be looked at again, from the last round's status."""
 
     # -- control -------------------------------------------------------------------------
@@ -277,8 +282,10 @@ class Loop:
         if self.stopping or self.round_stop.is_set():
             return False
         if not self.leadership.confirm():
+            self._unconfirmed += 1
             log.warning("lease not confirmed: this round only observes")
             return False
+        self._unconfirmed = 0
         return True
 
     def _report_only(self, trigger: str, err: ReconcilerError) -> None:
@@ -339,6 +346,11 @@ class Loop:
         rollout = self._rollout_due
         if rollout is not None and rollout < due:  # a rollout's step is due before that
             due, self._due_reason = max(rollout, now + ROLLOUT_PAUSE), triggers.ROLLOUT
+        if self._unconfirmed and self._mode is Mode.APPLY:  # act again soon, not an interval on
+            wait = self.settings.unconfirmed_retry * 2 ** (self._unconfirmed - 1)
+            retry = now + timedelta(seconds=min(wait, self.settings.backoff_max))
+            if retry < due:
+                due, self._due_reason = retry, triggers.LEASE_RETRY
         self.next_due = due
         self.health.next_round(due)
 

@@ -25,6 +25,8 @@ OBSERVED = "observed"
 WINDOW = "window"
 ROLLOUT = "rollout"
 """A rollout asked to be looked at again (a ready check, a settle time, a step's timeout)."""
+LEASE_RETRY = "lease-retry"
+"""The last round should have acted but could not confirm the lease; it is tried again soon."""
 
 
 class Wakeup:

@@ -183,6 +183,34 @@ def test_git_lease_renewal_whose_answer_was_lost_continues_the_term(
     assert not b.acquire()
 
 
+def test_git_lease_confirm_during_its_own_renewal_is_still_held(
+    tmp_path: Path, remote: str
+) -> None:
+    """The keeper renews on its own thread while a round confirms: between the renewal's push
+    and its answer, the remote already holds the new record of this term."""
+    clock = Ticks()
+    a, b = _pair(tmp_path, remote, clock)
+    assert a.acquire()
+    push = a._push
+    during: list[bool] = []
+
+    def push_then_confirm(*args: object, **kw: object) -> str | None:
+        new = push(*args, **kw)  # type: ignore[arg-type]
+        during.append(a.confirm())  # the renewal is on the remote, not yet taken as held
+        return new
+
+    a._push = push_then_confirm  # type: ignore[method-assign]
+    clock.t += 2
+    assert a.acquire()
+    assert during == [True]
+    # another holder's record is never taken for ours
+    a._push = push  # type: ignore[method-assign]
+    assert not b.acquire()  # b sees a's record and starts counting the lease
+    clock.t += 20
+    assert b.acquire()
+    assert not a.confirm()
+
+
 def test_git_lease_unreachable_remote_is_transient(tmp_path: Path) -> None:
     from reconciler.errors import TransientError
 

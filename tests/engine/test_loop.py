@@ -260,6 +260,19 @@ def test_a_lease_not_confirmed_before_acting_makes_the_round_observe_only() -> N
     assert not any(c.act for c in rnd.calls)
 
 
+def test_a_round_that_could_not_confirm_the_lease_is_tried_again_soon_then_less_often() -> None:
+    leader = Leader(confirms=False)
+    loop, t, rnd, _ = make(policy(Mode.APPLY, timedelta(hours=1)), leadership=leader)
+    run_until(loop, rnd, 5)  # the first round observes; the next ones should have acted
+    assert [c.trigger for c in rnd.calls[2:]] == ["lease-retry"] * 3
+    assert gaps(rnd)[1:] == [6.0, 11.0, 21.0]  # 5 s, doubled each time (each round takes 1 s)
+    leader.confirms = True
+    run_until(loop, rnd, 6)
+    assert rnd.calls[5].act
+    run_until(loop, rnd, 7)
+    assert gaps(rnd)[-1] == 3601.0  # confirmed again: the interval stands
+
+
 def test_migrations_are_counted_once_per_round_result() -> None:
     moved = status(START, moves=[MoveOutcome.SUCCEEDED, MoveOutcome.SUCCEEDED, MoveOutcome.FAILED])
     loop, _, rnd, _ = make(policy(Mode.APPLY), [moved, moved])

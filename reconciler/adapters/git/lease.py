@@ -250,11 +250,12 @@ class GitLease:
         return True
 
     def confirm(self) -> bool:
-        """Renewed within the deadline and the remote ref is still our record."""
+        """Renewed within the deadline and the remote ref is still a record of this term: the
+        one held, or a renewal the keeper pushed whose answer it has not taken in yet."""
         if self._held is None or self._monotonic() - self._renewed_at >= self.renew_deadline:
             return False
-        sha, _ = self._read()
-        return sha == self._held
+        sha, record = self._read()
+        return sha is not None and (sha == self._held or self._ours(record))
 
     def holder(self) -> str | None:
         _, record = self._read()
