@@ -36,15 +36,29 @@ class AdmissionView:
         self.taken_at = snapshot.taken_at
         self._cluster = {h.name: h for h in desired.cluster.spec.hosts}
         self._hosts: dict[str, HostState] = {h.name: h for h in snapshot.hosts}
-        self._order = itertools.count()
         # name -> [(position in the working snapshot's VM list, sighting)], in that order
         self._sightings: dict[str, list[tuple[int, VmState]]] = {}
         self._names_on: dict[str, set[str]] = {}
-        for vm in snapshot.vms:
-            self._add(vm)
+        sightings, names_on = self._sightings, self._names_on
+        for pos, vm in enumerate(snapshot.vms):  # ``_add`` of each, inline: once per VM
+            name, host = vm.name, vm.host
+            seen = sightings.get(name)
+            if seen is None:
+                sightings[name] = [(pos, vm)]
+            else:
+                seen.append((pos, vm))
+            on = names_on.get(host)
+            if on is None:
+                names_on[host] = {name}
+            else:
+                on.add(name)
+        self._order = itertools.count(len(snapshot.vms))
         self._listed: list[InFlight] = list(snapshot.in_flight)
         self._crowded = {n for n, s in self._sightings.items() if len(s) > 1}
         self._built: tuple[Model, State, State] | None = None
+        self._changed = False
+        """A change was followed since it was made (the working observation is not the one
+        it was made from)."""
         self.builds = 0
         """How often the model was built (once, unless a change could not be followed)."""
 
@@ -78,13 +92,16 @@ class AdmissionView:
         """
         assert self.settled, "a model of VMs in flight depends on the moves running"
         if self._built is None:
-            built, _ = build(self.desired, self.snapshot())
+            # unchanged since it was made: the observation itself (whose model a plan of the
+            # same round may have built already, see ``state.build``)
+            seen = self._base if not self._changed else self.snapshot()
+            built, state = build(self.desired, seen)
             self.builds += 1
             # lists, so a change replaces an entry in place instead of copying the cluster
             model = dataclasses.replace(
                 built, hosts=list(built.hosts), vms=list(built.vms), observed=list(built.observed)
             )
-            state = State(model, list(model.observed))
+            state.model = model  # the same figures: only the model's lists are its own
             self._built = model, state, state.copy()
         return self._built
 
@@ -107,6 +124,7 @@ class AdmissionView:
         seen = self._sightings.get(name)
         if not seen:
             return
+        self._changed = True
         pos, first = seen[0]
         was = [vm.host for _, vm in seen]
         if first.host != host:
@@ -125,6 +143,7 @@ class AdmissionView:
 
     def replace_hosts(self, fresh: Snapshot) -> None:
         """What ``fresh`` saw of its hosts replaces what was known of them, VMs included."""
+        self._changed = True
         seen = {h.name for h in fresh.hosts}
         touched: set[str] = set()
         for h in seen:

@@ -16,6 +16,7 @@ share), and the VM is named in ``LoadView.out_of_range``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,6 +73,18 @@ def with_cpu(vm: VmState, cpu_used: float | None) -> VmState:
     object.__setattr__(out, "__pydantic_extra__", None)
     object.__setattr__(out, "__pydantic_private__", None)
     return out
+
+
+def _already(vm: VmState, cpu_used: float | None, figure: float) -> bool:
+    """Whether ``vm``, whose ``cpu_used`` is ``cpu_used``, is already what ``with_cpu(vm,
+    figure)`` makes (to the bit: the same float, sign of zero included, set explicitly):
+    a window of one sample ends where the short sample is (``simulate``'s steps)."""
+    return (
+        cpu_used == figure
+        and type(cpu_used) is float
+        and math.copysign(1.0, cpu_used) == math.copysign(1.0, figure)
+        and "cpu_used" in vm.__pydantic_fields_set__
+    )
 
 
 def vm_load(
@@ -179,7 +192,9 @@ def windowed(
             None if mean is None or mean == window else round(mean, 6),
         )
         if window is not None and active:
-            seen = with_cpu(seen, round(window, 4))  # noqa: PLW2901
+            figure = round(window, 4)
+            if not _already(seen, now, figure):
+                seen = with_cpu(seen, figure)  # noqa: PLW2901
         vms.append(seen)
     points: dict[str, float] = {}
     unknown_hosts: dict[str, str] = {}

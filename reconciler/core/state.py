@@ -362,6 +362,10 @@ def _in_order(seen: Sequence[VmState], twice: set[str]) -> list[VmState]:
     return ordered
 
 
+_last_built: list[tuple[DesiredState, Snapshot, Model, State]] = []
+"""The last model built without a new VM, with its initial state untouched (one entry)."""
+
+
 def build(
     desired: DesiredState, snapshot: Snapshot, new_vm: NewVm | None = None
 ) -> tuple[Model, State]:
@@ -370,7 +374,22 @@ def build(
     Hosts are indexed in name order and VMs in (name, host) order, so the result does not
     depend on the order of any input list. VMs seen on a host that is not in the Cluster are
     left out. ``new_vm`` adds a VM placed nowhere (index last) for placement questions.
+
+    The inputs are frozen, so the model of the same two objects is the same: the last one is
+    kept and given again with a state of its own (a round's plan and the admission of its
+    moves, in ``simulate``, read one observation). The model is shared, never changed.
     """
+    if new_vm is None:
+        for last in list(_last_built):  # a copy: another thread may replace the entry
+            if last[0] is desired and last[1] is snapshot:
+                return last[2], last[3].copy()
+    model, state = _build(desired, snapshot, new_vm)
+    if new_vm is None:
+        _last_built[:] = [(desired, snapshot, model, state.copy())]
+    return model, state
+
+
+def _build(desired: DesiredState, snapshot: Snapshot, new_vm: NewVm | None) -> tuple[Model, State]:
     spec = desired.policy.spec
     observed: dict[str, HostState] = {h.name: h for h in snapshot.hosts}
     hosts: list[HostInfo] = []

@@ -25,7 +25,7 @@ from reconciler.core.capacity import pct
 from reconciler.core.feasibility import EPSILON, Refusal, check_move, preferred_delta
 from reconciler.core.hugepages import refusal_text, used_after
 from reconciler.core.rules import describe_kind
-from reconciler.core.state import State
+from reconciler.core.state import Model, State
 from reconciler.model.plan import UnsatisfiableCode
 
 MAX_EVICTIONS = 3
@@ -114,11 +114,13 @@ class Ranking:
     all hosts again. The order is exact, never stale: scores come from the loads as they are.
     """
 
-    __slots__ = ("_cpu", "_mem", "_now", "_order", "state")
+    __slots__ = ("_cpu", "_mem", "_now", "_order", "floor", "state")
 
     def __init__(self, state: State) -> None:
         self.state = state
         n = len(state.model.hosts)
+        self.floor = _score_floor(state.model)
+        """(per CPU, per byte): the least a VM's load raises any host's score, or None."""
         self._cpu = list(state.cpu_load)
         self._mem = list(state.mem_load)
         self._now = [state.score(t) for t in range(n)]
@@ -148,6 +150,29 @@ class Ranking:
             now[t] = state.score(t)
             insort(order, (now[t], names[t].name, t))
             cpu[t], mem[t] = state.cpu_load[t], state.mem_load[t]
+
+
+def _score_floor(model: Model) -> tuple[float, float] | None:
+    """Factors ``(a, b)`` such that taking a VM of loads ``(x, y)`` raises the score of every
+    host of ``model`` that accepts VMs by at least ``a * x + b * y`` (the host of most
+    capacity gains least; the others are refused whatever they score); None when a host
+    without capacity or a negative weight makes no such bound."""
+    hosts = [h for h in model.hosts if h.accepts]
+    if not hosts:
+        return None
+    w = model.weights
+    least_cpu = min(h.cpu_den for h in hosts)
+    least_mem = min(h.usable_memory for h in hosts)
+    if least_cpu <= 0 or least_mem <= 0 or w.cpu < 0 or w.memory < 0:
+        return None
+    most_cpu = max(h.cpu_den for h in hosts)
+    most_mem = max(h.usable_memory for h in hosts)
+    return w.cpu * 100.0 / most_cpu, w.memory * 100.0 / most_mem
+
+
+FLOOR_SLACK = 1e-9
+"""Relative room left for rounding when the floor ends a search: the score after taking a VM
+is summed in floating point, so the bound is kept a little below its exact value."""
 
 
 def _ranked(
@@ -204,9 +229,14 @@ def _lowest_feasible_vm(
     need, x, y = vm.memory, vm.cpu_load, vm.mem_load
     infos, memory, cpu_load, mem_load = model.hosts, state.memory, state.cpu_load, state.mem_load
     w_cpu, w_mem = model.weights.cpu, model.weights.memory
+    # a host scoring ``now`` scores at least ``now + rise`` after taking ``v``: once that
+    # passes the best found, no host left can rank better (with every host alike, the
+    # search ends past the hosts tied with the first that takes ``v``)
+    floor = ranking.floor if ranking is not None and ranking.state is state else None
+    rise = floor[0] * x + floor[1] * y if floor is not None and x >= 0 and y >= 0 else 0.0
     best, best_name, best_host = 0.0, "", None
     for now, t in _ranked(state, hosts, ranking):
-        if best_host is not None and now > best:
+        if best_host is not None and now + rise - FLOOR_SLACK * (abs(now) + rise + 1) > best:
             break  # every host left scores more after taking ``v`` than ``best`` does
         info = infos[t]
         if need > info.usable_memory - memory[t]:

@@ -216,3 +216,29 @@ def test_a_ranking_kept_across_moves_orders_hosts_as_one_made_now(
         unit = unit_of(state, v)
         found = best_unit_target(state, unit, candidates, Limits(4), ranking)
         assert found[0] == _unit_target_plainly(state, unit, candidates, Limits(4))[0]
+
+
+@SETTINGS
+@given(st.data())
+def test_with_hosts_alike_the_search_ends_past_the_ties_and_still_finds_the_plain_choice(
+    data: st.DataObject,
+) -> None:
+    """Hosts of one size and VMs of a few loads: many hosts tie on their score, before and
+    after taking a VM; the ranking's floor ends the search early and the name breaks ties."""
+    n = data.draw(st.integers(2, 12))
+    cpus, memory = data.draw(st.sampled_from([(8, 32), (32, 256)]))
+    names = [f"h{k:02d}" for k in range(n)]
+    loads = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=1, max_size=30))
+    vms = [
+        vm(f"vm{i}", names[data.draw(st.integers(0, n - 1))], vcpus=2, memory_gib=2, cpu_used=x)
+        for i, x in enumerate(loads)
+    ]
+    basis = data.draw(st.sampled_from(["used", "allocated"]))
+    snap = snapshot([host_state(h, cpus=cpus, memory_gib=memory) for h in names], vms)
+    _, state = build(desired([host(h) for h in names], basis=basis), snap)
+    ranking = Ranking(state)
+    assert ranking.floor is not None
+    for v in range(len(loads)):
+        candidates = candidate_hosts(state, v)
+        found = best_target(state, v, candidates, ranking=ranking)
+        assert found[0] == _target_plainly(state, v, candidates, None)[0]

@@ -206,12 +206,24 @@ def cluster(draw: st.DrawFn) -> tuple[Snapshot, dict[str, list[tuple[float, floa
             f"vm-{i}",
             f"h{i % 2}",
             vcpus=draw(st.integers(min_value=1, max_value=4)),
-            cpu_used=draw(st.floats(min_value=0.0, max_value=12.0)),
+            cpu_used=draw(
+                st.one_of(
+                    st.floats(min_value=0.0, max_value=12.0),
+                    st.floats(min_value=0.0, max_value=12.0).map(lambda x: round(x, 4)),
+                    st.sampled_from([0.0, -0.0]),
+                )
+            ),
         )
         if draw(st.booleans()):
             seen = seen.model_copy(update={"state": VmRunState.SHUTOFF})
         vms.append(seen)
-        if draw(st.booleans()):
+        if draw(st.integers(0, 3)) == 0:
+            # the window's samples all the short sample's figure (as in ``simulate``, where
+            # one sample fills the window): the figure is the sighting's own, or the other zero
+            value = seen.cpu_used if draw(st.booleans()) else 0.0
+            value = value if value is not None else 0.0
+            points[seen.name] = [(end - 60.0 * k, value) for k in range(16)]
+        elif draw(st.booleans()):
             offsets = draw(st.lists(st.integers(min_value=-12, max_value=1), max_size=6))
             points[seen.name] = [
                 (end + 60.0 * k, draw(st.one_of(rates, st.floats(0.0, 12.0)))) for k in offsets
