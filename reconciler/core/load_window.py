@@ -117,6 +117,8 @@ def figure_of_points(
     length = end - start
     if length <= 0:
         return Figure(None, 0.0)
+    if len(points) == 1:  # one sample (``simulate`` at steps as long as the window)
+        return _of_one(points[0], step, start, end, length, statistic)
     ordered: Sequence[tuple[float, float]] = points
     for i in range(1, len(points)):
         if points[i] < points[i - 1]:  # the comparison sorted() makes to find a run
@@ -130,6 +132,31 @@ def figure_of_points(
         if inside > 0:
             clipped.append((v, inside))
     return _of_clipped(clipped, length, statistic)
+
+
+def _of_one(
+    point: tuple[float, float],
+    step: float,
+    start: float,
+    end: float,
+    length: float,
+    statistic: Statistic,
+) -> Figure:
+    """``_of_clipped`` of one point's clipped span, its operations in the same order (a sum
+    starts at 0, the mean is ``rate * seconds / seconds``), without the lists."""
+    t, v = point
+    if not (math.isfinite(v) and v >= 0 and math.isfinite(t)):
+        return Figure(None, 0.0)
+    inside = min(t, end) - max(t - step, start)
+    if not inside > 0:
+        return Figure(None, 0.0)
+    covered = 0 + inside
+    share = min(1.0, covered / length)
+    if share < MIN_COVERED:
+        return Figure(None, share)
+    if statistic is Statistic.MEAN or statistic is Statistic.FORECAST:
+        return Figure((0 + v * inside) / covered, share)
+    return Figure(v, share)  # the max, and the quantile of one value, is the value
 
 
 def _of_clipped(clipped: list[tuple[float, float]], length: float, statistic: Statistic) -> Figure:

@@ -214,3 +214,30 @@ def test_each_move_is_listed_with_its_vm_hosts_and_time_in_the_order_they_began(
         if not m.aborted:
             assert where.get(m.vm, m.source) == m.source, f"{m.vm} left a host it was not on"
             where[m.vm] = m.target
+
+
+def test_a_round_counts_as_unknown_load_exactly_when_a_running_vm_has_no_known_window() -> None:
+    """Garbage figures (50 cores of a 2-vCPU VM) and a row that ends early make rounds of
+    unknown load; each round's flag is what the window view of its snapshot says."""
+    from reconciler.core import load_view
+    from reconciler.core.simulation.meter import Meter
+    from reconciler.core.simulation.replay import Decision, RunDecider, replay
+    from reconciler.core.simulation.world import World
+
+    rows = [[0.5] * 12, [0.4] * 3 + [50.0] * 2 + [0.4] * 7, [0.3] * 5]
+    shape = shape_of("4xsmall", {"small": SMALL})
+    desired_state, kinds = shaped(policy(threshold=5, holdRounds=1), shape)
+    where = {f"vm-{i}": "small-001" for i in range(len(rows))}
+    flags: list[tuple[bool, bool]] = []
+
+    class Checked(RunDecider):
+        def decide(self, world: World, now: datetime) -> Decision:
+            decision = super().decide(world, now)
+            flags.append((decision.unknown, bool(load_view.unknown(decision.snapshot).vms)))
+            return decision
+
+    world = World(desired_state, trace(rows), kinds, where)
+    figures = replay(world, Checked(desired_state), Meter(), interval=timedelta(minutes=5))
+    assert all(a == b for a, b in flags), flags
+    assert 2 <= figures.unknown_rounds < len(flags)  # the first (no window yet) and the garbage
+    assert figures.unknown_rounds == sum(a for a, _ in flags)

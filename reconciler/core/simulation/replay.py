@@ -46,7 +46,7 @@ from reconciler.core.windows import mode_now
 from reconciler.model.base import HostName, VmName, VmUuid
 from reconciler.model.desired import DesiredState
 from reconciler.model.plan import Move
-from reconciler.model.policy import Mode
+from reconciler.model.policy import Basis, Mode
 from reconciler.model.power import PowerBook, PowerMode
 from reconciler.model.simulation import (
     MAX_MOVES_LISTED,
@@ -140,7 +140,10 @@ class RunDecider:
         world.stamped(first_seen_stamps(actions.snapshot, facts.history, now))
         plan = actions.plan
         spread = max((s.before for s in plan.spreads), default=None)
-        unknown = bool(load_view.unknown(actions.snapshot).vms)
+        if actions.planned.policy.spec.basis is Basis.USED:  # the plan looked: its own list
+            unknown = plan.load is not None and bool(plan.load.unknown_vms)
+        else:
+            unknown = bool(load_view.unknown(actions.snapshot).vms)
         moves = plan.moves if actions.act else []
         self._last = Decision(moves, actions.planned, actions.snapshot, spread, unknown, busy)
         self._plan = plan
