@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from reconciler.model.base import fields_of
 from reconciler.model.snapshot import (
     Snapshot,
     Unmigratable,
@@ -57,9 +58,12 @@ def _moving(copies: list[VmState]) -> bool:
 
 def found(snapshot: Snapshot) -> list[Duplicate]:
     """The VMs of ``snapshot`` running on two hosts, then those defined on two, by name."""
+    uuids = [fields_of(vm)["uuid"] for vm in snapshot.vms]
+    if len(set(uuids)) == len(uuids):
+        return []  # each seen once, on one host: nearly every round, told in one pass
     by_uuid: dict[str, list[VmState]] = {}
-    for vm in snapshot.vms:
-        by_uuid.setdefault(vm.uuid, []).append(vm)
+    for uuid, vm in zip(uuids, snapshot.vms, strict=True):
+        by_uuid.setdefault(uuid, []).append(vm)
     out: list[Duplicate] = []
     for uuid, copies in by_uuid.items():
         if len(copies) < 2:

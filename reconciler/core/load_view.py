@@ -25,7 +25,7 @@ from reconciler.core import load_range, load_series
 from reconciler.core.capacity import INACTIVE_STATES
 from reconciler.core.forecast import Forecast, blend, forecast
 from reconciler.core.load_series import Series
-from reconciler.core.load_window import Figure, Reading, figure, figure_of_points
+from reconciler.core.load_window import Figure, Reading, figure, figures_of_points
 from reconciler.core.load_window import spans_of_readings as _spans_of_readings
 from reconciler.model.base import fields_of
 from reconciler.model.load import (
@@ -73,18 +73,6 @@ def with_cpu(vm: VmState, cpu_used: float | None) -> VmState:
     object.__setattr__(out, "__pydantic_extra__", None)
     object.__setattr__(out, "__pydantic_private__", None)
     return out
-
-
-def _already(vm: VmState, cpu_used: float | None, figure: float) -> bool:
-    """Whether ``vm``, whose ``cpu_used`` is ``cpu_used``, is already what ``with_cpu(vm,
-    figure)`` makes (to the bit: the same float, sign of zero included, set explicitly):
-    a window of one sample ends where the short sample is (``simulate``'s steps)."""
-    return (
-        cpu_used == figure
-        and type(cpu_used) is float
-        and math.copysign(1.0, cpu_used) == math.copysign(1.0, figure)
-        and "cpu_used" in vm.__pydantic_fields_set__
-    )
 
 
 def vm_load(
@@ -193,7 +181,15 @@ def windowed(
         )
         if window is not None and active:
             figure = round(window, 4)
-            if not _already(seen, now, figure):
+            # already what ``with_cpu`` makes, to the bit (the same float, sign of zero
+            # included, set explicitly): a window of one sample ends where the short sample
+            # is (``simulate``'s steps); tested inline, once per VM of every round
+            if not (
+                now == figure
+                and type(now) is float
+                and (figure != 0.0 or math.copysign(1.0, now) == math.copysign(1.0, figure))
+                and "cpu_used" in seen.__pydantic_fields_set__
+            ):
                 seen = with_cpu(seen, figure)  # noqa: PLW2901
         vms.append(seen)
     points: dict[str, float] = {}
@@ -476,16 +472,10 @@ def from_points(
     start = end - spec.window.total_seconds()
     step = spec.sample_every.total_seconds()
     statistic = spec.statistic
-    figures = {
-        name: figure_of_points(points, step, start, end, statistic)
-        for name, points in vm_points.items()
-    }
+    figures = figures_of_points(vm_points, step, start, end, statistic)
     pressure = None
     if host_points is not None:
-        pressure = {
-            host: figure_of_points(points, step, start, end, statistic)
-            for host, points in host_points.items()
-        }
+        pressure = figures_of_points(host_points, step, start, end, statistic)
     ahead = None
     if spec.statistic is Statistic.FORECAST:
         every = history_step if history_step > 0 else step

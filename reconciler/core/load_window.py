@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.model.load import MIN_COVERED, Statistic
@@ -117,8 +117,6 @@ def figure_of_points(
     length = end - start
     if length <= 0:
         return Figure(None, 0.0)
-    if len(points) == 1:  # one sample (``simulate`` at steps as long as the window)
-        return _of_one(points[0], step, start, end, length, statistic)
     ordered: Sequence[tuple[float, float]] = points
     for i in range(1, len(points)):
         if points[i] < points[i - 1]:  # the comparison sorted() makes to find a run
@@ -134,29 +132,45 @@ def figure_of_points(
     return _of_clipped(clipped, length, statistic)
 
 
-def _of_one(
-    point: tuple[float, float],
+def figures_of_points(
+    series: Mapping[str, Sequence[tuple[float, float]]],
     step: float,
     start: float,
     end: float,
-    length: float,
     statistic: Statistic,
-) -> Figure:
-    """``_of_clipped`` of one point's clipped span, its operations in the same order (a sum
-    starts at 0, the mean is ``rate * seconds / seconds``), without the lists."""
-    t, v = point
-    if not (math.isfinite(v) and v >= 0 and math.isfinite(t)):
-        return Figure(None, 0.0)
-    inside = min(t, end) - max(t - step, start)
-    if not inside > 0:
-        return Figure(None, 0.0)
-    covered = 0 + inside
-    share = min(1.0, covered / length)
-    if share < MIN_COVERED:
-        return Figure(None, share)
-    if statistic is Statistic.MEAN or statistic is Statistic.FORECAST:
-        return Figure((0 + v * inside) / covered, share)
-    return Figure(v, share)  # the max, and the quantile of one value, is the value
+) -> dict[str, Figure]:
+    """:func:`figure_of_points` of each series, by name, to the bit: a series of one point
+    (every VM's, in ``simulate`` at steps as long as the window) is done inline, with the
+    operations :func:`_of_clipped` makes on its one span in the same order (a sum starts at
+    0, the mean is ``rate * seconds / seconds``; the max, and the quantile of one value, is
+    the value)."""
+    length = end - start
+    if length <= 0:
+        return {name: Figure(None, 0.0) for name in series}
+    isfinite = math.isfinite
+    mean = statistic is Statistic.MEAN or statistic is Statistic.FORECAST
+    out: dict[str, Figure] = {}
+    for name, points in series.items():
+        if len(points) != 1:
+            out[name] = figure_of_points(points, step, start, end, statistic)
+            continue
+        t, v = points[0]
+        if not (isfinite(v) and v >= 0 and isfinite(t)):
+            out[name] = Figure(None, 0.0)
+            continue
+        inside = min(t, end) - max(t - step, start)
+        if not inside > 0:
+            out[name] = Figure(None, 0.0)
+            continue
+        covered = 0 + inside
+        share = min(1.0, covered / length)
+        if share < MIN_COVERED:
+            out[name] = Figure(None, share)
+        elif mean:
+            out[name] = Figure((0 + v * inside) / covered, share)
+        else:
+            out[name] = Figure(v, share)
+    return out
 
 
 def _of_clipped(clipped: list[tuple[float, float]], length: float, statistic: Statistic) -> Figure:

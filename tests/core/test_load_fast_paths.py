@@ -21,7 +21,13 @@ from pydantic import BaseModel, ValidationError
 from reconciler.core import load_range
 from reconciler.core.capacity import INACTIVE_STATES
 from reconciler.core.load_view import from_points, vm_load, with_cpu
-from reconciler.core.load_window import Figure, figure, figure_of_points, spans_of_points
+from reconciler.core.load_window import (
+    Figure,
+    figure,
+    figure_of_points,
+    figures_of_points,
+    spans_of_points,
+)
 from reconciler.model.load import LoadBasis, LoadSpec, LoadView, Statistic, VmLoad
 from reconciler.model.snapshot import Snapshot, VmRunState, VmState
 from tests.core.builders import NOW, host_state, vm
@@ -65,6 +71,13 @@ def test_a_figure_of_points_is_the_figure_of_their_spans(
     straight = figure(spans_of_points(points, step), start, end, stat)
     fast = figure_of_points(points, step, start, end, stat)
     assert same_figure(fast, straight), (fast, straight)
+    # each series alone, and every point a series of its own (the one-point path)
+    many = figures_of_points({"all": points}, step, start, end, stat)
+    assert same_figure(many["all"], straight), (many, straight)
+    each = figures_of_points({str(i): [p] for i, p in enumerate(points)}, step, start, end, stat)
+    for i, p in enumerate(points):
+        alone = figure(spans_of_points([p], step), start, end, stat)
+        assert same_figure(each[str(i)], alone), (p, each[str(i)], alone)
 
 
 def test_points_out_of_order_are_put_in_order_first() -> None:
