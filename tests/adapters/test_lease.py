@@ -244,6 +244,7 @@ def test_git_lease_standby_takes_over_within_the_lease_after_the_holder_is_kille
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,  # its git children die with it, as on a machine that dies
     )
     try:
         assert proc.stdout is not None
@@ -260,7 +261,10 @@ def test_git_lease_standby_takes_over_within_the_lease_after_the_holder_is_kille
         while time.monotonic() - began < lease + 1.0:  # past a lease of renewals: never taken
             assert not standby.acquire()
             time.sleep(0.3)
-        proc.send_signal(signal.SIGKILL)
+        # the holder and a renewal it may have in flight: a git push left running would
+        # still renew the lease after the holder's death, and the standby rightly count
+        # the lease from that renewal on
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         # (start, end, taken) of each try after the death. The holder's last renewal is seen
         # by the end of the first try at the latest, so every try that starts a lease after
