@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 
 from reconciler.model.audit import short_id
 from reconciler.model.placement import Placement
-from reconciler.model.plan import HostLoad, Move, Plan, Unsatisfiable
+from reconciler.model.plan import AheadMove, HostLoad, Move, Plan, Unsatisfiable
 from reconciler.model.quantity import format_size
 from reconciler.report.plan_patch import plan_patch_ops
 from reconciler.report.plan_table import (
     BACKOFF_TITLE,
     _bar,
+    ahead_text,
     backoff_text,
     busy_line,
     load_texts,
@@ -33,7 +34,9 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _move_rows(moves: Sequence[Move]) -> list[str]:
+def _move_rows(
+    moves: Sequence[Move], ahead: Mapping[tuple[str, str, str], AheadMove] | None = None
+) -> list[str]:
     rows = [
         "| VM | from → to | size | reason | rule | wave |",
         "|---|---|---|---|---|---|",
@@ -42,6 +45,9 @@ def _move_rows(moves: Sequence[Move]) -> list[str]:
         size = f"{format_size(m.memory)}, {m.vcpus} vCPU"
         busy = busy_line(m)
         detail = f"{m.detail} ({busy})" if busy else m.detail
+        early = ahead.get((m.vm, m.source, m.target)) if ahead else None
+        if early is not None:  # made before the load arrives: what the forecast expected
+            detail = f"{detail}; {ahead_text(early)}"
         rows.append(
             f"| `{_cell(m.vm)}` | {_cell(m.source)} → {_cell(m.target)} | {size} | "
             f"{m.reason}: {_cell(detail)} | {_cell(m.rule or '')} | {m.wave} |"
@@ -49,21 +55,35 @@ def _move_rows(moves: Sequence[Move]) -> list[str]:
     return rows
 
 
+FIGURES = (("now", "cpu_now"), ("window", "cpu_window"), ("forecast", "cpu_forecast"))
+"""A host's CPU figures besides the plan's own, as the text table names them."""
+
+
 def _host_rows(hosts: Sequence[HostLoad]) -> list[str]:
+    # the CPU the short sample, the window and the forecast show, where the plan has them
+    shown = [(label, key) for label, key in FIGURES if any(getattr(h, key) is not None
+                                                           for h in hosts)]  # fmt: skip
+    extra = "".join(f" CPU {label} |" for label, _ in shown)
     rows = [
-        "| host | CPU before → after | memory before → after | VMs |",
-        "|---|---|---|---|",
+        f"| host | CPU before → after | memory before → after | VMs |{extra}",
+        "|---|---|---|---|" + "---|" * len(shown),
     ]
     for h in hosts:
         if not h.known:
-            rows.append(f"| {_cell(h.host)} | unknown (unreachable) | | |")
+            rows.append(f"| {_cell(h.host)} | unknown (unreachable) | | |" + " |" * len(shown))
             continue
         cpu = f"`{_bar(h.cpu_before, h.cpu_after)}` {h.cpu_before:.0f}% → {h.cpu_after:.0f}%"
         mem = (
             f"`{_bar(h.memory_before, h.memory_after)}` "
             f"{h.memory_before:.0f}% → {h.memory_after:.0f}%"
         )
-        rows.append(f"| {_cell(h.host)} | {cpu} | {mem} | {h.vms_before} → {h.vms_after} |")
+        figures = "".join(
+            f" {value:.0f}% |" if (value := getattr(h, key)) is not None else " |"
+            for _, key in shown
+        )
+        rows.append(
+            f"| {_cell(h.host)} | {cpu} | {mem} | {h.vms_before} → {h.vms_after} |{figures}"
+        )
     return rows
 
 
@@ -92,8 +112,9 @@ def _sections(
                 ),
             ]
         )
+    ahead = {(a.vm, a.source, a.target): a for a in plan.load.ahead} if plan.load else None
     if plan.moves:
-        block = ["### Moves", "", *_move_rows(moves)]
+        block = ["### Moves", "", *_move_rows(moves, ahead)]
         if len(moves) < len(plan.moves):
             block.append(f"\n… and {len(plan.moves) - len(moves)} more (see the commit message)")
         out.append(block)

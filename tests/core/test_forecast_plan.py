@@ -12,6 +12,7 @@ from reconciler.model.desired import DesiredState
 from reconciler.model.history import History
 from reconciler.model.snapshot import Snapshot
 from reconciler.report.plan_json import plan_json
+from reconciler.report.plan_markdown import plan_markdown
 from reconciler.report.plan_table import load_texts, plan_table
 from tests.core.builders import NOW, desired, host, host_state, snapshot, vm
 from tests.core.test_load_forecast import SPEC, STEP, history, window
@@ -83,6 +84,11 @@ def test_a_move_the_window_alone_would_not_make_is_said_to_be_made_ahead_of_time
     got = json.loads(plan_json(result))
     assert got["load"]["ahead"][0]["host"] == "h1"
     assert got["hosts"][0]["cpuWindow"] == 25.0
+    # the pull request's Markdown says the same
+    markdown = plan_markdown(result, {})
+    assert "ahead of time: forecast 44% at 12:00-12:30 UTC vs window 25% (h1)" in markdown
+    assert "| VMs | CPU now | CPU window | CPU forecast |" in markdown
+    assert "| 25% | 25% | 44% |" in markdown
 
 
 def test_a_move_the_window_makes_too_is_not_ahead_of_time_and_no_forecast_changes_nothing() -> None:
