@@ -87,6 +87,21 @@ def observer(
     return WindowedObserver(inner, desired.policy.spec.load, found, lambda: datetime.now(UTC))
 
 
+def _asleep_reader(cluster: str, state_dir: Path | None) -> Callable[[], tuple[str, ...]] | None:
+    """The hosts power saving keeps asleep or is switching, read from its book when asked."""
+    if state_dir is None:
+        return None
+    from reconciler.adapters.files.power import FilePowerStore
+
+    store = FilePowerStore(cluster, state_dir)
+
+    def asleep() -> tuple[str, ...]:
+        book = store.load()
+        return () if book is None else book.silent()
+
+    return asleep
+
+
 class Sampling:
     """``run``'s samples: a thread reading every host every ``sampleEvery`` while the policy
     it is given (``desired()``, read again before each round) asks for them."""
@@ -115,6 +130,7 @@ class Sampling:
             FileLoadSamples(cluster, state_dir),
             SystemClock(),
             history=FileLoadHistory(cluster, state_dir),
+            asleep=_asleep_reader(cluster, state_dir),
         )
         self.thread = threading.Thread(
             target=self.keeper.run, args=(self.stop,), name="load-samples", daemon=True

@@ -112,10 +112,8 @@ class PowerSaving:
         return self.ports.store.load() or PowerBook(cluster=self.cluster)
 
     def asleep(self) -> tuple[str, ...]:
-        """Hosts powered off or booting on purpose, or being switched (an intent kept, as
-        after a crash in the middle of a switch): they may not answer, and that is known."""
-        book = self.book()
-        return tuple(sorted({*book.standby, *book.booting, *book.intents}))
+        """The book's :meth:`~reconciler.model.power.PowerBook.silent` hosts."""
+        return self.book().silent()
 
     def out(self) -> tuple[str, ...]:
         """Hosts a round's plan holds out: being emptied, asleep, booting or being switched

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from reconciler.core import load_history, load_samples
@@ -45,6 +45,9 @@ class SampleKeeper:
     sleep: Sleep = real_sleep
     history: LoadHistoryStore | None = None
     """Where the forecast's history is kept (``statistic: forecast``); None: not kept."""
+    asleep: Callable[[], Collection[str]] | None = None
+    """Hosts powered off or being switched on purpose (power saving): their silence is no
+    warning."""
     samples: int = 0
     _hosts_down: frozenset[str] = field(default_factory=frozenset)
     _history: load_history.LoadHistory | None = None
@@ -71,9 +74,13 @@ class SampleKeeper:
         every = spec.sample_every.total_seconds()
         readings = sampler.sample()
         down = frozenset(s.host for s in readings if s.error is not None)
+        asleep = self._asleep() if down - self._hosts_down else frozenset()
         for s in readings:
             if s.error is not None and s.host not in self._hosts_down:
-                log.warning("load sample of %s: %s", s.host, s.error)
+                if s.host in asleep:
+                    log.info("load sample of %s: none, asleep on purpose (power saving)", s.host)
+                else:
+                    log.warning("load sample of %s: %s", s.host, s.error)
         for host in self._hosts_down - down:
             log.info("load sample of %s: answering again", host)
         self._hosts_down = down
@@ -89,6 +96,15 @@ class SampleKeeper:
         if self.history is not None and spec.statistic is Statistic.FORECAST:
             self._fold(self.history, spec, now, taken)
         return every
+
+    def _asleep(self) -> frozenset[str]:
+        if self.asleep is None:
+            return frozenset()
+        try:
+            return frozenset(self.asleep())
+        except ReconcilerError as err:  # the power book unreadable: warn as for any host
+            log.debug("hosts asleep not known: %s", err)
+            return frozenset()
 
     def _fold(
         self, store: LoadHistoryStore, spec: LoadSpec, now: LoadSamples, taken: float

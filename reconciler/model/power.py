@@ -287,3 +287,8 @@ class PowerBook(Frozen):
         description="Host -> its CPUs and memory as last seen in service: what a standby or "
         "booting host brings back (a host asleep does not answer).",
     )
+
+    def silent(self) -> tuple[str, ...]:
+        """Hosts powered off or booting on purpose, or being switched (an intent kept, as
+        after a crash in the middle of a switch): they may not answer, and that is known."""
+        return tuple(sorted({*self.standby, *self.booting, *self.intents}))

@@ -152,3 +152,27 @@ def test_without_a_forecast_no_history_is_kept() -> None:
     keeper.history = history
     run_for(keeper, cluster.clock, 25)
     assert history.reads == history.saves == 0
+
+
+def test_a_host_asleep_on_purpose_is_no_warning_but_one_silent_by_surprise_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster, _, _, keeper = world()
+    asleep = {"b"}
+    keeper.asleep = lambda: asleep
+    cluster.unreachable("b")
+    with caplog.at_level("INFO", logger="reconciler.engine.sampling"):
+        run_for(keeper, cluster.clock, 3)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == []
+    assert any("b: none, asleep on purpose" in r.getMessage() for r in caplog.records)
+    # woken, then silent without power saving knowing: a warning, once
+    cluster.unreachable("b", False)
+    run_for(keeper, cluster.clock, 1)
+    asleep.clear()
+    cluster.unreachable("b")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="reconciler.engine.sampling"):
+        run_for(keeper, cluster.clock, 3)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("load sample of b:"), warnings
