@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 OFF_POLL_SECONDS = 2.0
 """How often the BMC is read while a host shuts down."""
+OFF_WAIT_SECONDS = 30.0
+"""How long one power step waits for a shutdown to end; a longer one is looked at again by
+the next rounds (up to the host's bootTimeout), which meanwhile go on balancing and
+recovering: a round is never held by a host that takes minutes to shut down."""
 LIE_READINGS = 3
 """Readings of libvirt after a BMC said off: a host whose libvirt still answers at the last
 one is not off, whatever its BMC says."""
@@ -147,12 +151,20 @@ class PowerSaving:
         mode = desired.policy.spec.power.mode
         for host, why in sorted(decided.why.items()):
             log.info("power: %s: %s", host, why)
-        if mode is PowerMode.PROPOSE or not act:
+        shutting = sorted(h for h, i in book.intents.items() if i.action is PowerAction.OFF)
+        if shutting and mode is not PowerMode.PROPOSE and act:
+            log.info(
+                "power: waiting for %s to shut down; no other power action meanwhile",
+                ", ".join(shutting),
+            )
+        if mode is PowerMode.PROPOSE or not act or shutting:
             # nothing switched, nothing emptied: only the streaks go on
             kept = book.model_copy(
                 update={"low_since": decided.book.low_since, "high_since": decided.book.high_since}
             )
             self.ports.store.save(kept)
+            if act:  # a shutdown that ended in this step is recorded as any switch
+                self._record(decided, report, kept)
             self.last = report
             return report
         book = decided.book
@@ -161,15 +173,21 @@ class PowerSaving:
         for host in decided.power_on:
             book = self._power_on(book, hosts[host], now, report, decided.why.get(host, ""))
         self.ports.store.save(book)
-        self._record(decided, report)
+        self._record(decided, report, book)
         self.last = report
         return report
 
-    def _record(self, decided: PowerNext, report: PowerReport) -> None:
-        """The audit record of what this step switched: who, why, the demand."""
+    def _record(self, decided: PowerNext, report: PowerReport, book: PowerBook) -> None:
+        """The audit record of what this step switched: who, why, the demand (a shutdown
+        asked by an earlier step says why it was asked then)."""
         source = self.ports.source
+
+        def why(h: str) -> str:
+            entry = book.standby.get(h)
+            return decided.why.get(h) or (entry.why if entry is not None else "")
+
         lines = [
-            f"{h}: powered off: {decided.why.get(h, '')} (demand {100 * decided.demand:.0f}% "
+            f"{h}: powered off: {why(h)} (demand {100 * decided.demand:.0f}% "
             "of the capacity in service)"
             for h in report.powered_off
         ]
@@ -236,30 +254,66 @@ class PowerSaving:
                                  PowerAction.OFF, why)  # fmt: skip
         try:
             self.ports.switch.power_off(name, host.power)
-            off = self._until(name, host, PowerState.OFF)
         except ReconcilerError as err:
-            off, why = False, err.message
-        if off and (still := self._still_answers(name)) is not None:
-            off, why = False, f"its BMC says off but libvirt still answers ({still})"
+            return self._off_failed(book, name, err.message, now, report)
+        intent = book.intents[name].model_copy(update={"asked_at": self.ports.clock.now()})
+        book = book.model_copy(update={"intents": {**book.intents, name: intent}})
+        self.ports.store.save(book)  # the BMC took it: a restart waits for it, not asks again
+        return self._off_or_waiting(book, host, intent, now, report, OFF_WAIT_SECONDS)
+
+    def _off_or_waiting(
+        self,
+        book: PowerBook,
+        host: Host,
+        intent: PowerIntent,
+        now: datetime,
+        report: PowerReport,
+        wait: float,
+    ) -> PowerBook:
+        """After the BMC took a power-off: read it for up to ``wait`` seconds (0: once); off
+        (and libvirt silent) is standby, still on within bootTimeout of the request is left to
+        the next rounds (the intent kept), later is a failure and the host stays in service."""
+        assert host.power is not None
+        name = host.name
+        limit = host.power.boot_timeout.total_seconds()
+        wait = min(wait, limit)
+        spent = (now - intent.started_at).total_seconds()
+        try:
+            off = self._until(name, host, PowerState.OFF, wait)
+        except ReconcilerError as err:
+            return self._off_failed(book, name, err.message, now, report)
         if not off:
-            log.error("power: %s could not be powered off (%s); it stays in service", name, why)
-            report.failed[name] = why
-            self._failed(name, PowerAction.OFF)
-            return self._done(
-                book,
-                name,
-                failed={**book.failed, name: why},
-                failed_at={**book.failed_at, name: now},
-            )
-        log.warning("power: %s powered off (%s)", name, why)
+            waited = spent + wait
+            if waited < limit:
+                log.info("power: %s is shutting down; looked at again next round", name)
+                return book
+            why = f"its BMC did not say off within bootTimeout ({limit:.0f}s)"
+            return self._off_failed(book, name, why, now, report)
+        if (still := self._still_answers(name)) is not None:
+            why = f"its BMC says off but libvirt still answers ({still})"
+            return self._off_failed(book, name, why, now, report)
+        log.warning("power: %s powered off (%s)", name, intent.why)
         report.powered_off.append(name)
-        entry = StandbyHost(since=now, why=why)
+        entry = StandbyHost(since=now, why=intent.why)
         return self._done(
             book,
             name,
             standby={**book.standby, name: entry},
             failed={h: w for h, w in book.failed.items() if h != name},
             failed_at={h: t for h, t in book.failed_at.items() if h != name},
+        )
+
+    def _off_failed(
+        self, book: PowerBook, name: str, why: str, now: datetime, report: PowerReport
+    ) -> PowerBook:
+        log.error("power: %s could not be powered off (%s); it stays in service", name, why)
+        report.failed[name] = why
+        self._failed(name, PowerAction.OFF)
+        return self._done(
+            book,
+            name,
+            failed={**book.failed, name: why},
+            failed_at={**book.failed_at, name: now},
         )
 
     def _still_answers(self, name: str) -> str | None:
@@ -351,6 +405,10 @@ class PowerSaving:
             host = hosts.get(name)
             if host is None or host.power is None:
                 book = self._done(book, name)
+                continue
+            if intent.action is PowerAction.OFF and intent.asked_at is not None:
+                # a shutdown the BMC took: over, still under way, or past its time
+                book = self._off_or_waiting(book, host, intent, self.ports.clock.now(), report, 0)
                 continue
             said = self.ports.switch.power_state(name, host.power)
             if intent.action is PowerAction.OFF and said.state is not PowerState.OFF:

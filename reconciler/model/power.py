@@ -236,6 +236,9 @@ class PowerIntent(Frozen):
     action: PowerAction
     started_at: AwareDatetime
     why: str
+    asked_at: AwareDatetime | None = None
+    """When the BMC took the request (None: not known to have, as after a crash before it
+    answered). A power-off the BMC took is waited for across rounds, up to bootTimeout."""
 
 
 class StandbyHost(Frozen):

@@ -81,6 +81,9 @@ def test_a_power_off_the_bmc_never_confirms_is_counted() -> None:
     rounds(fake, d, saving, 8)
     off = [h for action, h in never.calls if action == "off"]
     assert off
+    # a shutdown is waited for across rounds up to bootTimeout: the last one asked ends then
+    fake.clock.advance(timedelta(minutes=11))
+    saving.step(d, fake.observe(), act=True)
     assert all(counted(metrics, h, "off") >= 1 for h in off)
     assert counted(metrics, off[0], "on") == 0
 

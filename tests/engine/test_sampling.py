@@ -175,4 +175,5 @@ def test_a_host_asleep_on_purpose_is_no_warning_but_one_silent_by_surprise_is(
     with caplog.at_level("INFO", logger="reconciler.engine.sampling"):
         run_for(keeper, cluster.clock, 3)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and warnings[0].startswith("load sample of b:"), warnings
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("load sample of b:"), warnings
