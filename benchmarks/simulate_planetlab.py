@@ -110,8 +110,14 @@ POWER_POLICY = {
 host emptied after two rounds of low demand."""
 
 
-def kinds() -> dict[str, HostKind]:
-    return {f"h{i:03d}": NAMED_KINDS["G4" if i % 2 == 0 else "G5"] for i in range(HOSTS)}
+def kinds(memory_gib: float | None = None) -> dict[str, HostKind]:
+    """The 800 hosts, half G4 and half G5; ``memory_gib``: each with that much memory instead
+    of the kinds' 4 GiB."""
+    out = {f"h{i:03d}": NAMED_KINDS["G4" if i % 2 == 0 else "G5"] for i in range(HOSTS)}
+    if memory_gib is None:
+        return out
+    memory = round(memory_gib * 1024**3)
+    return {name: kind.model_copy(update={"memory": memory}) for name, kind in out.items()}
 
 
 def vm_type(index: int, count: int) -> int:
@@ -338,11 +344,17 @@ def first_placement(trace: Trace, host_kinds: dict[str, HostKind]) -> dict[str, 
 
 
 def run_day(
-    day: Path, policies: list[str], steps: int | None, accounting: str, order: str
+    day: Path,
+    policies: list[str],
+    steps: int | None,
+    accounting: str,
+    order: str,
+    host_memory: float | None = None,
 ) -> list[dict[str, object]]:
     trace = trace_of(day, order)
     host_kinds = kinds()
     placement = first_placement(trace, host_kinds)
+    roomy = kinds(host_memory)  # the product's policies' hosts (the same start placement)
     cloudsim = accounting == "cloudsim"
     finished = finish_times(trace) if cloudsim else None
     out = []
@@ -364,13 +376,15 @@ def run_day(
             else:
                 decider = LrMmt(desired, safety, first=0.0, lag=0.0)
         elif name == "balance":
+            desired = desired_of(roomy, {"basis": "used"})
             decider = RunDecider(desired, name="balance")
         elif name == "power":
-            desired = desired_of(host_kinds, {"basis": "used", "power": POWER_POLICY})
+            desired = desired_of(roomy, {"basis": "used", "power": POWER_POLICY})
             decider = RunDecider(desired, name="power")
         else:
             raise SystemExit(f"unknown policy {name}")
-        world = World(desired, trace, host_kinds, placement)
+        product = name in ("balance", "power")
+        world = World(desired, trace, roomy if product else host_kinds, placement)
         meter = Meter(on_target=0.1, loss=0.1)
         if cloudsim:
             detours = decider.detours if isinstance(decider, ThrMmt) else {}
@@ -420,6 +434,15 @@ def main() -> None:
         "simulator's own (every VM runs all day, overload is load at capacity)",
     )
     parser.add_argument(
+        "--host-memory",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="hosts of this much memory for the product's policies (balance, power), from the "
+        "same start: a what-if where memory does not bind, as CloudSim's PlanetLab VMs ask for "
+        "none once started (the reference policies keep the kinds' 4 GiB)",
+    )
+    parser.add_argument(
         "--order",
         choices=["sorted", "listdir"],
         default="sorted",
@@ -428,7 +451,8 @@ def main() -> None:
     args = parser.parse_args()
     policies = args.policies.split(",")
     for day in args.days:
-        for row in run_day(day, policies, args.steps, args.accounting, args.order):
+        rows = run_day(day, policies, args.steps, args.accounting, args.order, args.host_memory)
+        for row in rows:
             if args.format == "json":
                 print(json.dumps(row), flush=True)
             else:

@@ -45,6 +45,10 @@ FAILED_OFF_BACKOFF = timedelta(hours=1)
 """A host whose power-off failed (its BMC refused, hung or said off while libvirt still
 answered) is not chosen to empty again for this long: each attempt would move its VMs away
 and back for nothing."""
+DRAIN_TRIES = 4
+"""Times a round picks hosts to empty again, leaving out those whose VMs could not all be
+placed elsewhere: hosts that cannot be emptied (their VMs bound to them by a required rule)
+never keep the next candidates from being chosen."""
 
 
 @dataclass(frozen=True)
@@ -206,18 +210,30 @@ def power_next(
         cpu.pop(h, None)  # no longer capacity in service
         mem.pop(h, None)
     chosen_empty: dict[str, str] = {}
+    kept: set[str] | None = None
+    asleep = set(standby) | set(book.booting)
     calm = not power_on and not need.short and not down  # no emptying while a host is down
     if low_since is not None and now - low_since >= spec.power_off_after and calm:
         # a host is not emptied for a lull the forecast says is ending
         peak = demand if ahead is None else max(demand, ahead)
         # a host whose power-off failed lately is not emptied again for nothing
         failing = {h for h, at in book.failed_at.items() if now - at < FAILED_OFF_BACKOFF}
-        chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, peak, memory, emptying,
-                                 standby, facts, {*held, *failing})  # fmt: skip
+        stuck: set[str] = set()
+        for _ in range(DRAIN_TRIES):
+            chosen_empty = _to_empty(desired, snapshot, spec, cpu, mem, peak, memory, emptying,
+                                     standby, facts, {*held, *failing, *stuck})  # fmt: skip
+            if not chosen_empty:
+                break
+            # only hosts whose every VM the planner can place elsewhere, with the others out;
+            # those that cannot be emptied make way for the next candidates
+            kept = drainable(desired, snapshot, {*emptying, *chosen_empty}, asleep, now)
+            dropped = {h for h in chosen_empty if h not in kept}
+            if not dropped:
+                break
+            stuck |= dropped
     if chosen_empty or emptying:
-        # only hosts whose every VM the planner can place elsewhere, with all the others out
-        asleep = set(standby) | set(book.booting)
-        kept = drainable(desired, snapshot, {*emptying, *chosen_empty}, asleep, now)
+        if kept is None or not chosen_empty:  # the hosts being emptied alone: checked here
+            kept = drainable(desired, snapshot, {*emptying, *chosen_empty}, asleep, now)
         for host in [h for h in emptying if h not in kept]:
             why[host] = "no longer emptied: the plan cannot place all of its VMs elsewhere"
             del emptying[host]

@@ -112,3 +112,38 @@ def test_never_below_the_spares_nor_above_max_standby_nor_a_busy_host_off(
         assert len(decided.book.standby) + len(decided.book.emptying) <= max(
             max_standby, len(standby)
         )
+
+
+def test_hosts_that_cannot_be_emptied_make_way_for_the_next_candidates() -> None:
+    """The least efficient hosts carry VMs a required rule binds to them: they cannot be
+    emptied, and the next hosts in line are chosen instead of none."""
+    from tests.core.builders import rule
+
+    names = [f"h{i:02d}" for i in range(12)]
+    gold = {"h10", "h11"}  # the least efficient: chosen first (a tenth of the hosts a round)
+    d = desired(
+        [host(h, labels={"tier": "gold" if h in gold else "plain"}) for h in names],
+        rules=[
+            rule(
+                name="gold-stays",
+                type="hostAffinity",
+                vms={"labels": {"app": "gold"}},
+                hosts={"labels": {"tier": "gold"}},
+            )
+        ],
+        power={"mode": "apply", "powerOffAfter": "30m", "powerOnAfter": "5m"},
+    )
+    facts = {h: HostFacts(idle_watts=100 + 10 * i) for i, h in enumerate(names)}
+    snap = snapshot(
+        [host_state(h) for h in names],
+        [
+            vm(f"v{i}", h, vcpus=2, cpu_used=0.1, memory_gib=1,
+               labels={"app": "gold" if h in gold else "web"})
+            for i, h in enumerate(names)
+        ],
+    )  # fmt: skip
+    book = PowerBook(low_since=NOW - timedelta(hours=1))
+    decided = power_next(d, snap, book, NOW, facts=facts)
+    assert decided.empty, "hosts that can be emptied are chosen"
+    assert not set(decided.empty) & gold
+    assert set(decided.empty) <= {"h09", "h08", "h07", "h06"}
