@@ -146,9 +146,9 @@ class Loop:
     _mode: Mode | None = None
     _due_reason: str = "start"
     _rollout_due: datetime | None = None
+    """When a rollout in progress asked to be looked at again, from the last round's status."""
     _unconfirmed: int = 0
     """Rounds in a row that should have acted but could not confirm the lease."""
-    """When a rollout in progress asked to be looked at again, from the last round's status."""
 
     # -- control -------------------------------------------------------------------------
 
