@@ -87,32 +87,26 @@ def without_future_records(snapshot: Snapshot, limit: datetime) -> tuple[Snapsho
     changed: dict[int, VmState] = {}
     for i, seen in enumerate(snapshot.vms):
         r = fields_of(seen)["reconciler"]
-        times = fields_of(r)  # a first look at the four times, read as cheaply as they can be
+        times = fields_of(r)  # the four times, read as cheaply as they can be
         first, moved, failure, intent = (
             times["first_seen"],
             times["last_moved_at"],
             times["last_failure"],
             times["intent"],
         )
-        if not (
-            (first is not None and first > limit)
-            or (moved is not None and moved > limit)
-            or (failure is not None and failure.at > limit)
-            or (intent is not None and intent.started_at > limit)
-        ):
-            continue  # nearly every sighting: nothing in the future
-        vm = seen
         update: dict[str, object] = {}
-        if r.first_seen is not None and r.first_seen > limit:
+        if first is not None and first > limit:
             update["first_seen"] = None
-        if r.last_moved_at is not None and r.last_moved_at > limit:
+        if moved is not None and moved > limit:
             update |= {"last_moved_at": None, "last_moved_from": None, "last_moved_to": None}
-        if r.last_failure is not None and r.last_failure.at > limit:
+        if failure is not None and failure.at > limit:
             update["last_failure"] = None
-        if r.intent is not None and r.intent.started_at > limit:
+        if intent is not None and intent.started_at > limit:
             update["intent"] = None
-        lines.append(f"{vm.name} on {vm.host}: {', '.join(sorted(update))}")
-        changed[i] = vm.model_copy(update={"reconciler": r.model_copy(update=update)})
+        if not update:
+            continue  # nearly every sighting: nothing in the future, nothing copied
+        lines.append(f"{seen.name} on {seen.host}: {', '.join(sorted(update))}")
+        changed[i] = seen.model_copy(update={"reconciler": r.model_copy(update=update)})
     if not changed:
         return snapshot, []
     vms = [changed.get(i, vm) for i, vm in enumerate(snapshot.vms)]
