@@ -15,9 +15,11 @@ from reconciler.report.plan_patch import plan_patch_ops
 from reconciler.report.plan_table import (
     BACKOFF_TITLE,
     _bar,
+    ahead_by_move,
     ahead_text,
     backoff_text,
     busy_line,
+    host_figures,
     load_texts,
     placement_updates,
     summary_line,
@@ -55,15 +57,14 @@ def _move_rows(
     return rows
 
 
-FIGURES = (("now", "cpu_now"), ("window", "cpu_window"), ("forecast", "cpu_forecast"))
-"""A host's CPU figures besides the plan's own, as the text table names them."""
-
-
 def _host_rows(hosts: Sequence[HostLoad]) -> list[str]:
     # the CPU the short sample, the window and the forecast show, where the plan has them
-    shown = [(label, key) for label, key in FIGURES if any(getattr(h, key) is not None
-                                                           for h in hosts)]  # fmt: skip
-    extra = "".join(f" CPU {label} |" for label, _ in shown)
+    known = [
+        any(v is not None for v in col) for col in zip(*map(host_figures, hosts), strict=False)
+    ]
+    shown = [k for k, has in enumerate(known) if has]
+    labels = ("now", "window", "forecast")  # as HOST_FIGURE_NAMES, in a column's title
+    extra = "".join(f" CPU {labels[k]} |" for k in shown)
     rows = [
         f"| host | CPU before → after | memory before → after | VMs |{extra}",
         "|---|---|---|---|" + "---|" * len(shown),
@@ -77,9 +78,9 @@ def _host_rows(hosts: Sequence[HostLoad]) -> list[str]:
             f"`{_bar(h.memory_before, h.memory_after)}` "
             f"{h.memory_before:.0f}% → {h.memory_after:.0f}%"
         )
+        values = host_figures(h)
         figures = "".join(
-            f" {value:.0f}% |" if (value := getattr(h, key)) is not None else " |"
-            for _, key in shown
+            f" {value:.0f}% |" if (value := values[k]) is not None else " |" for k in shown
         )
         rows.append(
             f"| {_cell(h.host)} | {cpu} | {mem} | {h.vms_before} → {h.vms_after} |{figures}"
@@ -112,7 +113,7 @@ def _sections(
                 ),
             ]
         )
-    ahead = {(a.vm, a.source, a.target): a for a in plan.load.ahead} if plan.load else None
+    ahead = ahead_by_move(plan)
     if plan.moves:
         block = ["### Moves", "", *_move_rows(moves, ahead)]
         if len(moves) < len(plan.moves):

@@ -169,6 +169,20 @@ def _unsatisfiable_lines(items: Sequence[Unsatisfiable]) -> list[str]:
     return lines
 
 
+HOST_FIGURE_NAMES = ("cpu now", "window", "forecast")
+"""A host's CPU figures besides the plan's own, as :func:`host_figures` gives them."""
+
+
+def host_figures(h: HostLoad) -> tuple[float | None, float | None, float | None]:
+    """The host's CPU now (the short sample), over the window and as forecast, where known."""
+    return h.cpu_now, h.cpu_window, h.cpu_forecast
+
+
+def ahead_by_move(plan: Plan) -> dict[tuple[str, str, str], AheadMove] | None:
+    """The moves made ahead of time, by (VM, source, target)."""
+    return {(a.vm, a.source, a.target): a for a in plan.load.ahead} if plan.load else None
+
+
 def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
     if not hosts:
         return []
@@ -188,11 +202,7 @@ def _host_lines(hosts: Sequence[HostLoad]) -> list[str]:
         vms = f"vms {h.vms_before} -> {h.vms_after}"
         figures = [
             f"{what} {value:.0f}%"
-            for what, value in (
-                ("cpu now", h.cpu_now),
-                ("window", h.cpu_window),
-                ("forecast", h.cpu_forecast),
-            )
+            for what, value in zip(HOST_FIGURE_NAMES, host_figures(h), strict=True)
             if value is not None
         ]
         now = f"  ({', '.join(figures)})" if figures else ""
@@ -343,7 +353,7 @@ def plan_table(plan: Plan, current: Mapping[str, str] | None = None) -> str:
             )
 
     cols = _Columns([*plan.moves, *plan.deferred])
-    ahead = {(a.vm, a.source, a.target): a for a in plan.load.ahead} if plan.load else None
+    ahead = ahead_by_move(plan)
     out.append("")
     if plan.moves:
         out.append(
