@@ -123,7 +123,7 @@ class PowerSaving:
         """Hosts a round's plan holds out: being emptied, asleep, booting or being switched
         (a host shutting down is no target, even before a restart resolved its intent)."""
         book = self.book()
-        return tuple(sorted({*book.emptying, *book.standby, *book.booting, *book.intents}))
+        return tuple(sorted({*book.emptying, *book.silent()}))
 
     def step(
         self,
